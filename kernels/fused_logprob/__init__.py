@@ -1,0 +1,1 @@
+"""fused_logprob."""

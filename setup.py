@@ -1,0 +1,33 @@
+"""nemocascade: Cascade RL post-training in JAX/Flax."""
+
+import setuptools
+
+setuptools.setup(
+    name="nemocascade",
+    version="0.1.0",
+    description="Cascade RL post-training (SFT, RM, RLHF, domain-wise RLVR, MOPD) in JAX/Flax.",
+    packages=setuptools.find_packages(include=["nemocascade*", "kernels*"]),
+    package_data={"nemocascade": ["data/assets/*.model", "data/assets/*.vocab"]},
+    python_requires=">=3.11",
+    install_requires=[
+        "jax[cpu]>=0.10",
+        "flax>=0.12",
+        "optax>=0.2.5",
+        "orbax-checkpoint>=0.11",
+        "chex>=0.1.90",
+        "grain>=0.2.10",
+        "tensorstore>=0.1.70",
+        "sentencepiece>=0.2",
+        "absl-py>=2.1",
+        "ml-collections>=1.0",
+        "numpy>=1.26",
+        "tqdm>=4.66",
+        "tensorboardX>=2.6",
+        "matplotlib>=3.8",
+        "safetensors>=0.4",
+        "tokenizers>=0.20",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6"],
+    },
+)
