@@ -176,6 +176,10 @@ def sft_loader(
     """SFT batches (see `packing`) of every example rendered in every mode.
 
     Args:
+      seq_len: T, the row length (a sequence of T + 1 tokens fits one row).
+      batch_size: rows per batch on this process.
+      seed: draws the task-world examples and shuffles each epoch.
+      pack: first-fit pack several sequences per row (else one per row).
       num_examples: examples per domain from the task world's SFT split, or
         the first `num_examples` records of `path` (all when None).
       path: JSONL file of `{"prompt", "thinking", "answer", "domain"}` records
