@@ -1,0 +1,134 @@
+"""Triton-style GPU Pallas forward: split-vocabulary partials, merged in XLA.
+
+GPU grid programs run in parallel with no ordering, so the TPU pattern of
+accumulating across a sequential vocabulary grid axis is invalid here. Instead
+each program `(token block i, vocab block j)` computes the online-softmax
+partial `(m, s, t, target)` of its `[block_tokens, block_vocab]` tile and writes
+it to row `j` of `[num_vocab_blocks, N]` outputs; `online_softmax.merge_all`
+combines the partials in XLA (flash-decoding / split-K style).
+
+Inside a program the hidden dimension is walked in `block_d` steps (a power of
+two dividing `D`) so every loaded array has a power-of-two size, as the Triton
+lowering requires; `block_tokens` and `block_vocab` must be powers of two ≥ 16.
+Loads and stores are masked at the ragged token/vocabulary edges because the
+Triton lowering does not bounds-check blocks. The backend is chosen by the
+compiler params: `pltriton.CompilerParams` forces Triton (JAX ≥ 0.9 defaults
+to Mosaic GPU otherwise; the Triton backend is deprecated from JAX 0.11).
+
+The backward pass is `chunked_xla.backward` (XLA recompute), via `api.py`.
+
+Hardware status: this kernel has only been executed with `interpret=True` on
+CPU, where it matches the reference. It has never been lowered or run on a GPU,
+so its Triton lowering, shared-memory fit and speed are unverified.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from kernels.fused_logprob import online_softmax
+
+DEFAULT_BLOCK_TOKENS = 64
+DEFAULT_BLOCK_VOCAB = 128
+DEFAULT_BLOCK_D = 64
+
+
+def _kernel(
+    num_valid_ref,
+    h_ref,
+    w_ref,
+    y_ref,
+    m_out,
+    s_out,
+    t_out,
+    target_out,
+    *,
+    n: int,
+    v: int,
+    block_d: int,
+    temperature: float,
+):
+    block_tokens, d = h_ref.shape
+    block_vocab = w_ref.shape[1]
+    rows = pl.program_id(0) * block_tokens + jnp.arange(block_tokens)
+    cols = pl.program_id(1) * block_vocab + jnp.arange(block_vocab)
+    row_ok, col_ok = rows < n, cols < v
+
+    def d_step(k, z):
+        dk = pl.ds(pl.multiple_of(k * block_d, block_d), block_d)
+        h = pltriton.load(h_ref.at[:, dk], mask=row_ok[:, None], other=0)
+        w = pltriton.load(w_ref.at[dk, :], mask=col_ok[None, :], other=0)
+        return z + jnp.dot(h, w, preferred_element_type=jnp.float32)
+
+    z = lax.fori_loop(0, d // block_d, d_step, jnp.zeros((block_tokens, block_vocab), jnp.float32))
+    z = z / temperature
+    y = pltriton.load(y_ref, mask=row_ok, other=-1)
+    # num_valid ≤ V, so this also masks the out-of-range columns of the last block.
+    tile = online_softmax.tile_partial(
+        z, (cols < num_valid_ref[()])[None, :], cols[None, :] == y[:, None]
+    )
+    for out, value in zip((m_out, s_out, t_out, target_out), tile, strict=True):
+        pltriton.store(out, value[:, 0], mask=row_ok)
+
+
+def _pow2_divisor(d: int, cap: int) -> int:
+    """Largest power of two ≤ cap dividing d."""
+    b = 1
+    while b * 2 <= cap and d % (b * 2) == 0:
+        b *= 2
+    return b
+
+
+def partial_stats(
+    hidden_nd: jax.Array,
+    w_dv: jax.Array,
+    targets_n: jax.Array,
+    num_valid: int | jax.Array,
+    *,
+    temperature: float = 1.0,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    block_vocab: int = DEFAULT_BLOCK_VOCAB,
+    block_d: int = DEFAULT_BLOCK_D,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    interpret: bool = False,
+) -> online_softmax.Partial:
+    """Online-softmax statistics over all columns of `w_dv`, each `[N]` float32.
+
+    Columns `≥ num_valid` (static or traced) are excluded; targets are column ids.
+    """
+    n, d = hidden_nd.shape
+    v = w_dv.shape[1]
+    for name, b in (("block_tokens", block_tokens), ("block_vocab", block_vocab)):
+        if b < 16 or b & (b - 1):
+            raise ValueError(f"pallas_gpu needs {name} a power of two ≥ 16, got {b}.")
+    block_d = _pow2_divisor(d, block_d)
+    if block_d < 16:
+        raise ValueError(f"pallas_gpu needs D divisible by 16, got D={d}.")
+    # Powers of two no larger than needed keep tiny inputs to one block.
+    block_tokens = min(block_tokens, max(16, pl.next_power_of_2(n)))
+    block_vocab = min(block_vocab, max(16, pl.next_power_of_2(v)))
+    num_vocab_blocks = pl.cdiv(v, block_vocab)
+    stat_spec = pl.BlockSpec((None, block_tokens), lambda i, j: (j, i))
+    stats = pl.pallas_call(
+        functools.partial(_kernel, n=n, v=v, block_d=block_d, temperature=temperature),
+        out_shape=[jax.ShapeDtypeStruct((num_vocab_blocks, n), jnp.float32)] * 4,
+        grid=(pl.cdiv(n, block_tokens), num_vocab_blocks),
+        in_specs=[
+            pl.BlockSpec((), lambda i, j: ()),
+            pl.BlockSpec((block_tokens, d), lambda i, j: (i, 0)),
+            pl.BlockSpec((d, block_vocab), lambda i, j: (0, j)),
+            pl.BlockSpec((block_tokens,), lambda i, j: (i,)),
+        ],
+        out_specs=[stat_spec] * 4,
+        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+        interpret=interpret,
+        name="fused_logprob_gpu",
+    )(jnp.asarray(num_valid, jnp.int32), hidden_nd, w_dv, targets_n.astype(jnp.int32))
+    return online_softmax.merge_all(online_softmax.Partial(*stats), axis=0)
