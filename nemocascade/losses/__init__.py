@@ -1,1 +1,1 @@
-"""losses."""
+"""Losses as pure array functions (float32 numerics, numerator/denominator outputs)."""

@@ -1,1 +1,1 @@
-"""sharding."""
+"""Mesh construction and the logical→mesh sharding rules (the one place for sharding)."""

@@ -1,1 +1,1 @@
-"""stages."""
+"""One module per stage kind: sft, rm, rl (RLHF and RLVR stages), distill."""

@@ -1,0 +1,115 @@
+"""Run logging: `metrics.jsonl`, TensorBoard events, a console progress bar.
+
+Only process 0 writes. Values are pulled to the host by the caller at log
+steps only (pulling every step would serialize dispatch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+import tqdm
+
+try:
+    from tensorboardX import SummaryWriter
+except ImportError:  # pragma: no cover - tensorboardX is a declared dependency
+    SummaryWriter = None
+
+
+def to_python(metrics: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for k, v in metrics.items():
+        v = np.asarray(jax.device_get(v))
+        out[k] = float(v) if v.size == 1 else v.tolist()
+    return out
+
+
+class Writer:
+    """Appends one JSON object per log step and mirrors scalars to TensorBoard."""
+
+    def __init__(self, directory: str, *, tensorboard: bool = True):
+        self.enabled = jax.process_index() == 0
+        self.path = os.path.join(directory, "metrics.jsonl")
+        self._tb = None
+        if self.enabled:
+            os.makedirs(directory, exist_ok=True)
+            if tensorboard and SummaryWriter is not None:
+                self._tb = SummaryWriter(os.path.join(directory, "tb"))
+
+    def write(self, step: int, metrics: dict[str, Any]):
+        if not self.enabled:
+            return
+        record = {"step": int(step), **to_python(metrics)}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, float) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+
+    def close(self):
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read(path: str) -> list[dict]:
+    """All records of a metrics.jsonl file (empty if missing)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class Progress:
+    """tqdm bar with the latest loss and throughput; silent when disabled."""
+
+    def __init__(self, total: int, initial: int, desc: str, enabled: bool = True):
+        self._bar = tqdm.tqdm(
+            total=total,
+            initial=initial,
+            desc=desc,
+            dynamic_ncols=True,
+            disable=not enabled or jax.process_index() != 0,
+            mininterval=1.0,
+        )
+
+    def update(self, n: int = 1, **postfix):
+        if postfix:
+            self._bar.set_postfix({k: _fmt(v) for k, v in postfix.items()}, refresh=False)
+        self._bar.update(n)
+
+    def write(self, msg: str):
+        self._bar.write(msg)
+
+    def close(self):
+        self._bar.close()
+
+
+def _fmt(v):
+    return f"{v:.4g}" if isinstance(v, float) else v
+
+
+class Throughput:
+    """Tokens/s and model FLOP/s between two log steps."""
+
+    def __init__(self, flops_per_token: float):
+        self.flops_per_token = flops_per_token
+        self._t = time.perf_counter()
+        self._tokens = 0.0
+
+    def add(self, tokens: float):
+        self._tokens += tokens
+
+    def measure(self) -> dict[str, float]:
+        now = time.perf_counter()
+        dt = max(now - self._t, 1e-9)
+        tps = self._tokens / dt
+        self._t, self._tokens = now, 0.0
+        return {"tokens_per_s": tps, "model_flops_per_s": tps * self.flops_per_token}

@@ -1,0 +1,182 @@
+"""Building blocks of the decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU.
+
+Every parameter carries logical axis names (`nn.with_logical_partitioning`) and
+every activation a logical constraint; `nemocascade/sharding/rules.py` maps the
+names to mesh axes. Numerics follow Hugging Face Qwen3/Llama exactly (RMSNorm
+in float32, rotate-half RoPE) so imported checkpoints give the same logits.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from nemocascade.model import presets
+
+_NEG_INF = -1e30
+
+
+def dtype_of(name: str):
+    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+
+
+def constrain(x, names: tuple[str | None, ...]):
+    """Logical sharding constraint on an activation (no-op outside a mesh)."""
+    return nn.with_logical_constraint(x, names)
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x²) + eps) * scale, computed in float32."""
+
+    eps: float
+    dtype: str
+    param_dtype: str
+    axis_name: str = "norm"
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param(
+            "scale",
+            nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)),
+            (x.shape[-1],),
+            dtype_of(self.param_dtype),
+        )
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (y * scale.astype(jnp.float32)).astype(dtype_of(self.dtype))
+
+
+def rope(x_btnh, positions_bt, theta: float):
+    """Rotary embedding, rotate-half layout (as Hugging Face Llama/Qwen3)."""
+    h = x_btnh.shape[-1]
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, h, 2, dtype=jnp.float32) / h))
+    angles_bth = positions_bt[..., None].astype(jnp.float32) * inv_freq
+    angles_bth = jnp.concatenate([angles_bth, angles_bth], axis=-1)
+    cos, sin = jnp.cos(angles_bth)[:, :, None, :], jnp.sin(angles_bth)[:, :, None, :]
+    x32 = x_btnh.astype(jnp.float32)
+    x1, x2 = jnp.split(x32, 2, axis=-1)
+    rotated = jnp.concatenate([-x2, x1], axis=-1)
+    return (x32 * cos + rotated * sin).astype(x_btnh.dtype)
+
+
+class Dense(nn.Module):
+    """Bias-free projection `einsum(spec, x, kernel)` with logically named kernel axes.
+
+    Replaces `nn.DenseGeneral`, whose initializer sees a flattened kernel and
+    so cannot carry per-axis logical names.
+    """
+
+    spec: str
+    shape: tuple[int, ...]
+    names: tuple[str, ...]
+    cfg: presets.ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        kernel = self.param(
+            "kernel",
+            nn.with_logical_partitioning(nn.initializers.normal(stddev=0.02), self.names),
+            self.shape,
+            dtype_of(self.cfg.param_dtype),
+        )
+        dtype = dtype_of(self.cfg.dtype)
+        return jnp.einsum(self.spec, x.astype(dtype), kernel.astype(dtype))
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention over the current tokens plus an optional KV cache.
+
+    Masking is expressed with slots and segments so that training (packed
+    sequences) and decoding (left-padded prompts, growing cache) share one
+    code path: query at slot i may attend key at slot j iff j <= i, both lie in
+    the same segment, and the key segment is not padding (0).
+    """
+
+    cfg: presets.ModelConfig
+
+    @nn.compact
+    def __call__(self, x_btd, positions_bt, q_slot_bt, q_seg_bt, layer_cache=None):
+        cfg = self.cfg
+        n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        d = cfg.d_model
+        q_btnh = Dense(
+            "btd,dnh->btnh", (d, n, h), ("embed", "heads", "head_dim"), cfg, name="q_proj"
+        )(x_btd)
+        k_btkh = Dense(
+            "btd,dkh->btkh", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, name="k_proj"
+        )(x_btd)
+        v_btkh = Dense(
+            "btd,dkh->btkh", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, name="v_proj"
+        )(x_btd)
+        if cfg.qk_norm:
+            q_btnh = RMSNorm(cfg.rms_eps, cfg.dtype, cfg.param_dtype, "head_dim", name="q_norm")(
+                q_btnh
+            )
+            k_btkh = RMSNorm(cfg.rms_eps, cfg.dtype, cfg.param_dtype, "head_dim", name="k_norm")(
+                k_btkh
+            )
+        q_btnh = constrain(rope(q_btnh, positions_bt, cfg.rope_theta), _ACT_Q)
+        k_btkh = constrain(rope(k_btkh, positions_bt, cfg.rope_theta), _ACT_KV)
+        v_btkh = constrain(v_btkh, _ACT_KV)
+
+        if layer_cache is None:
+            k_bskh, v_bskh, k_slot_bs, k_seg_bs = k_btkh, v_btkh, q_slot_bt, q_seg_bt
+            new_cache = None
+        else:
+            # Write the new keys/values at their slots; the cache is donated by
+            # the sampler, so this update happens in place.
+            start = q_slot_bt[0, 0]
+            k_bskh = jax.lax.dynamic_update_slice_in_dim(
+                layer_cache["k"], k_btkh.astype(layer_cache["k"].dtype), start, axis=1
+            )
+            v_bskh = jax.lax.dynamic_update_slice_in_dim(
+                layer_cache["v"], v_btkh.astype(layer_cache["v"].dtype), start, axis=1
+            )
+            k_seg_bs = jax.lax.dynamic_update_slice_in_dim(
+                layer_cache["seg"], q_seg_bt.astype(layer_cache["seg"].dtype), start, axis=1
+            )
+            s = k_bskh.shape[1]
+            k_slot_bs = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), k_seg_bs.shape)
+            new_cache = {"k": k_bskh, "v": v_bskh, "seg": k_seg_bs}
+
+        b, t = q_btnh.shape[:2]
+        q_btkgh = q_btnh.reshape(b, t, k, n // k, h)
+        scores = jnp.einsum(
+            "btkgh,bskh->bkgts",
+            q_btkgh,
+            k_bskh.astype(q_btkgh.dtype),
+            preferred_element_type=jnp.float32,
+        ) * (h**-0.5)
+        mask_bts = (
+            (k_slot_bs[:, None, :] <= q_slot_bt[:, :, None])
+            & (k_seg_bs[:, None, :] == q_seg_bt[:, :, None])
+            & (k_seg_bs[:, None, :] != 0)
+        )
+        scores = jnp.where(mask_bts[:, None, None], scores, _NEG_INF)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v_bskh.dtype)
+        out_btkgh = jnp.einsum("bkgts,bskh->btkgh", probs, v_bskh.astype(probs.dtype))
+        out_btnh = constrain(out_btkgh.reshape(b, t, n, h).astype(dtype_of(cfg.dtype)), _ACT_Q)
+        out_btd = Dense(
+            "btnh,nhd->btd", (n, h, d), ("heads", "head_dim", "embed"), cfg, name="o_proj"
+        )(out_btnh)
+        return out_btd, new_cache
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    cfg: presets.ModelConfig
+
+    @nn.compact
+    def __call__(self, x_btd):
+        cfg = self.cfg
+        d, f = cfg.d_model, cfg.d_ff
+        gate = Dense("btd,df->btf", (d, f), ("embed", "mlp"), cfg, name="gate_proj")(x_btd)
+        up = Dense("btd,df->btf", (d, f), ("embed", "mlp"), cfg, name="up_proj")(x_btd)
+        h_btf = constrain(nn.silu(gate) * up, ("act_batch", "act_len", "act_mlp"))
+        return Dense("btf,fd->btd", (f, d), ("mlp", "embed"), cfg, name="down_proj")(h_btf)
+
+
+_ACT_Q = ("act_batch", "act_len", "act_heads", None)
+_ACT_KV = ("act_batch", "act_len", "act_kv_heads", None)

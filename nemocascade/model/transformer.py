@@ -1,0 +1,152 @@
+"""The decoder: embedding, scanned blocks, final norm; hidden states out.
+
+Used functionally: `Transformer(cfg).apply({"params": params}, tokens, ...)`.
+The forward returns hidden states `[B, T, D]`; logits are formed only inside the
+fused log-prob kernel (`kernels/fused_logprob`) from `unembedding(params, cfg)`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from nemocascade.model import layers, presets
+
+Cache = dict[str, jax.Array]  # {"k": [L,B,S,K,H], "v": [L,B,S,K,H], "seg": [L,B,S]}
+
+_REMAT = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+_ACT = ("act_batch", "act_len", "act_embed")
+
+
+class Block(nn.Module):
+    """Pre-norm decoder block: x + attn(norm(x)); x + mlp(norm(x))."""
+
+    cfg: presets.ModelConfig
+
+    @nn.compact
+    def __call__(self, x_btd, layer_cache, positions_bt, q_slot_bt, q_seg_bt):
+        cfg = self.cfg
+        norm = functools.partial(layers.RMSNorm, cfg.rms_eps, cfg.dtype, cfg.param_dtype)
+        h, new_cache = layers.Attention(cfg, name="attn")(
+            norm(name="attn_norm")(x_btd), positions_bt, q_slot_bt, q_seg_bt, layer_cache
+        )
+        x_btd = layers.constrain(x_btd + h, _ACT)
+        x_btd = x_btd + layers.MLP(cfg, name="mlp")(norm(name="mlp_norm")(x_btd))
+        return layers.constrain(x_btd, _ACT), new_cache
+
+
+class Transformer(nn.Module):
+    """Decoder-only transformer (Qwen3 / Llama family).
+
+    Args (call):
+      tokens_bt: int token ids.
+      positions_bt: RoPE positions (restart at 0 per packed segment).
+      segment_ids_bt: 1.. per sequence, 0 for padding; attention stays within a segment.
+      cache: optional KV cache (see `init_cache`); tokens are written at slots
+        `cache_index .. cache_index+T-1` and attend to everything written before.
+      cache_index: scalar slot of the first token when decoding with a cache.
+
+    Returns:
+      (hidden_btd after the final norm, updated cache or None).
+    """
+
+    cfg: presets.ModelConfig
+
+    @nn.compact
+    def __call__(self, tokens_bt, positions_bt, segment_ids_bt=None, cache=None, cache_index=0):
+        cfg = self.cfg
+        b, t = tokens_bt.shape
+        if segment_ids_bt is None:
+            segment_ids_bt = jnp.ones((b, t), jnp.int32)
+        q_slot_bt = jnp.broadcast_to(
+            jnp.asarray(cache_index, jnp.int32) + jnp.arange(t, dtype=jnp.int32), (b, t)
+        )
+        embed = nn.Embed(
+            cfg.vocab_size,
+            cfg.d_model,
+            dtype=layers.dtype_of(cfg.dtype),
+            param_dtype=layers.dtype_of(cfg.param_dtype),
+            embedding_init=nn.with_logical_partitioning(
+                nn.initializers.normal(stddev=0.02), ("vocab", "embed")
+            ),
+            name="embed",
+        )
+        x_btd = layers.constrain(embed(tokens_bt), _ACT)
+
+        block = Block
+        if cfg.remat_policy != "none":
+            block = nn.remat(
+                Block, policy=_REMAT[cfg.remat_policy], prevent_cse=not cfg.scan_layers
+            )
+        args = (positions_bt, q_slot_bt, segment_ids_bt)
+        if cfg.scan_layers:
+            stack = nn.scan(
+                block,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
+                in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+                length=cfg.num_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )(cfg, name="layers")
+            x_btd, new_cache = stack(x_btd, cache, *args)
+        else:
+            new_layers = []
+            for i in range(cfg.num_layers):
+                layer_cache = None if cache is None else jax.tree.map(lambda c, i=i: c[i], cache)
+                x_btd, c = block(cfg, name=f"layer_{i}")(x_btd, layer_cache, *args)
+                new_layers.append(c)
+            new_cache = (
+                None if cache is None else jax.tree.map(lambda *c: jnp.stack(c), *new_layers)
+            )
+        hidden = layers.RMSNorm(cfg.rms_eps, cfg.dtype, cfg.param_dtype, name="final_norm")(x_btd)
+        if not cfg.tie_embeddings:
+            # Declared here so the parameter exists; applied by the fused kernel.
+            self.param(
+                "lm_head",
+                nn.with_logical_partitioning(
+                    nn.initializers.normal(stddev=0.02), ("embed", "vocab")
+                ),
+                (cfg.d_model, cfg.vocab_size),
+                layers.dtype_of(cfg.param_dtype),
+            )
+        return hidden, new_cache
+
+
+def unembedding(params: Any, cfg: presets.ModelConfig) -> jax.Array:
+    """The [D, V] unembedding matrix from a params pytree (tied or not)."""
+    if cfg.tie_embeddings:
+        return params["embed"]["embedding"].T
+    return params["lm_head"]
+
+
+def init_cache(cfg: presets.ModelConfig, batch: int, max_len: int, dtype=None) -> Cache:
+    """An empty KV cache: every slot is padding (segment 0) until written."""
+    dtype = dtype or layers.dtype_of(cfg.dtype)
+    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    return {
+        "k": jnp.zeros(shape, dtype),
+        "v": jnp.zeros(shape, dtype),
+        "seg": jnp.zeros((cfg.num_layers, batch, max_len), jnp.int32),
+    }
+
+
+CACHE_LOGICAL_AXES = {
+    "k": ("layers", "cache_batch", "cache_len", "cache_kv_heads", None),
+    "v": ("layers", "cache_batch", "cache_len", "cache_kv_heads", None),
+    "seg": ("layers", "cache_batch", "cache_len"),
+}
+
+
+def init_params(cfg: presets.ModelConfig, rng: jax.Array, seq_len: int = 8):
+    """Boxed (logically partitioned) params; unbox with `nn.meta.unbox`."""
+    tokens = jnp.zeros((1, seq_len), jnp.int32)
+    positions = jnp.arange(seq_len, dtype=jnp.int32)[None]
+    return Transformer(cfg).init(rng, tokens, positions)["params"]

@@ -1,0 +1,19 @@
+"""Maps `config.stage` to the stage runner."""
+
+from __future__ import annotations
+
+import importlib
+
+from nemocascade import config as config_lib
+
+_RUNNERS = {
+    "sft": "nemocascade.trainer.stages.sft",
+}
+
+
+def run(cfg: config_lib.Config, workdir: str):
+    if cfg.stage not in _RUNNERS:
+        raise config_lib.ConfigError(
+            f"config.stage={cfg.stage!r} has no runner; available: {sorted(_RUNNERS)}"
+        )
+    return importlib.import_module(_RUNNERS[cfg.stage]).run(cfg, workdir)

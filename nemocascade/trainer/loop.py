@@ -1,0 +1,96 @@
+"""The host training loop shared by every stage.
+
+Step i+1 is dispatched before step i's metrics are pulled, so the host never
+stalls the device; the pulled loss and gradient norm are checked for NaN/Inf
+every step (a one-step lag), which stops the stage with a clear message while
+the last good checkpoint stays on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+
+from nemocascade import checkpointing
+from nemocascade import metrics as metrics_lib
+
+
+class NonFiniteError(FloatingPointError):
+    """Loss or gradient norm became NaN/Inf."""
+
+
+@dataclasses.dataclass
+class LoopSpec:
+    stage: str
+    total_steps: int
+    log_every: int
+    eval_every: int
+    checkpoint_every: int
+    flops_per_token: float
+    progress: bool = True
+
+
+def run(
+    spec: LoopSpec,
+    *,
+    state: Any,
+    step_fn: Callable[[Any, Any], tuple[Any, dict]],
+    batches: Iterator[Any],
+    data_state: Callable[[], dict],
+    manager: checkpointing.Manager,
+    writer: metrics_lib.Writer,
+    eval_fn: Callable[[Any, int], dict] | None = None,
+) -> Any:
+    """Runs `step_fn(state, batch) -> (state, metrics)` to `spec.total_steps`."""
+    start = int(jax.device_get(state.step))
+    bar = metrics_lib.Progress(spec.total_steps, start, spec.stage, spec.progress)
+    meter = metrics_lib.Throughput(spec.flops_per_token)
+    pending: tuple[int, dict] | None = None
+    last_saved = start
+
+    def finish(step: int, m: dict):
+        host = metrics_lib.to_python(m)
+        for key in ("loss", "grad_norm"):
+            if key in host and not math.isfinite(host[key]):
+                raise NonFiniteError(
+                    f"[{spec.stage}] {key} is {host[key]} at step {step}; stopping. "
+                    f"Last good checkpoint: step {manager.latest_step()} in {manager.directory}"
+                )
+        meter.add(host.get("tokens", 0.0))
+        bar.update(1, loss=host.get("loss", float("nan")))
+        if step % spec.log_every == 0 or step == spec.total_steps:
+            host.update(meter.measure())
+            writer.write(step, host)
+
+    for step in range(start + 1, spec.total_steps + 1):
+        batch = next(batches)
+        state, m = step_fn(state, batch)
+        if pending is not None:
+            finish(*pending)
+        pending = (step, m)
+        if step % spec.checkpoint_every == 0 and step != spec.total_steps:
+            manager.save(step, state, data_state())
+            last_saved = step
+        if eval_fn is not None and step % spec.eval_every == 0 and step != spec.total_steps:
+            finish(*pending)
+            pending = None
+            ev = eval_fn(state, step)
+            writer.write(step, ev)
+            bar.write(f"[{spec.stage}] step {step}: " + _summary(ev))
+    if pending is not None:
+        finish(*pending)
+    if spec.total_steps > last_saved:
+        manager.save(spec.total_steps, state, data_state(), force=True)
+    manager.wait()
+    bar.close()
+    logging.info("[%s] finished at step %d", spec.stage, spec.total_steps)
+    return state
+
+
+def _summary(m: dict) -> str:
+    return ", ".join(f"{k}={v:.4g}" for k, v in m.items() if isinstance(v, float))

@@ -1,0 +1,143 @@
+"""SFT stage: next-token cross-entropy on assistant tokens, both decoding modes.
+
+Every SFT example is rendered in each configured mode (parallel thinking and
+instruct answers to the same prompt, as in the paper's general-domain data);
+the loss is the token mean over the global batch. Held-out loss on the eval
+split is logged every `train.eval_every` steps; the generation-based eval
+matrix runs at the end when `eval.num_per_domain > 0`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jax
+
+from nemocascade import checkpointing
+from nemocascade import config as config_lib
+from nemocascade.data import chat_template, pipelines
+from nemocascade.data import tokenizer as tokenizer_lib
+from nemocascade.losses import sft as sft_loss
+from nemocascade.sharding import rules as rules_lib
+from nemocascade.trainer import forward, loop
+from nemocascade.trainer import step as step_lib
+from nemocascade.trainer.stages import common
+
+
+def make_loss_fn(cfg: config_lib.Config):
+    impl = cfg.train.logprob_impl or None
+
+    def loss_fn(params, batch, rng):
+        del rng
+        logp, _ = forward.sequence_logprobs(params, cfg.model, batch, implementation=impl)
+        num, den = sft_loss.cross_entropy(logp, batch["loss_mask"])
+        return num, (den, {})
+
+    return loss_fn
+
+
+def make_eval_loss(cfg: config_lib.Config, rt: common.Runtime, batches: list[dict]):
+    """Held-out token-mean loss over fixed eval batches."""
+    loss_fn = make_loss_fn(cfg)
+
+    @jax.jit
+    def sums(params, batch):
+        num, (den, _) = loss_fn(params, batch, None)
+        return num, den
+
+    def evaluate(params) -> float:
+        num = den = 0.0
+        with jax.set_mesh(rt.mesh):
+            for b in batches:
+                n, d = sums(params, rules_lib.put_batch(b, rt.mesh, rt.rules))
+                num, den = num + float(n), den + float(d)
+        return num / max(den, 1.0)
+
+    return evaluate
+
+
+def loaders(cfg: config_lib.Config, tok):
+    template = chat_template.Template(style=cfg.data.template_style)
+    common_kw = dict(
+        seq_len=cfg.train.seq_len,
+        domains=cfg.data.domains,
+        modes=cfg.data.modes,
+        path=cfg.data.jsonl or None,
+        template=template,
+        shard_index=jax.process_index(),
+        shard_count=jax.process_count(),
+    )
+    per_process = cfg.train.batch_size // jax.process_count()
+    train = pipelines.sft_loader(
+        tok,
+        batch_size=per_process,
+        seed=cfg.train.seed,
+        num_examples=cfg.data.num_examples,
+        pack=cfg.data.pack,
+        **common_kw,
+    )
+    held_out = pipelines.eval_batches(
+        tok, batch_size=per_process, num_examples=cfg.data.eval_examples, **common_kw
+    )
+    return train, held_out
+
+
+def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
+    """Trains (or resumes) the SFT stage; returns final metrics."""
+    stage_dir = common.stage_dir(workdir, cfg.stage)
+    if checkpointing.is_done(stage_dir):
+        logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
+        return {}
+    tok = tokenizer_lib.Tokenizer.load()
+    if tok.vocab_size > cfg.model.vocab_size:
+        raise config_lib.ConfigError(
+            f"config.model.vocab_size={cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}"
+        )
+    rt = common.setup(cfg, workdir)
+    train, held_out = loaders(cfg, tok)
+    state, data_state, _ = common.init_state(rt)
+    if data_state:
+        train.set_state(data_state)
+    step_fn = step_lib.make_train_step(
+        make_loss_fn(cfg),
+        rt.tx,
+        num_microbatches=cfg.train.num_microbatches,
+        mesh=rt.mesh,
+        rules=rt.rules,
+        state_shardings=rt.state_shardings,
+    )
+    eval_loss = make_eval_loss(cfg, rt, held_out)
+    base_rng = jax.random.key(cfg.train.seed)
+
+    def batches():
+        for b in train:
+            yield rules_lib.put_batch(b, rt.mesh, rt.rules)
+
+    spec = loop.LoopSpec(
+        stage=cfg.stage,
+        total_steps=cfg.train.steps,
+        log_every=cfg.train.log_every,
+        eval_every=cfg.train.eval_every,
+        checkpoint_every=cfg.train.checkpoint_every,
+        flops_per_token=cfg.model.flops_per_token(cfg.train.seq_len),
+        progress=cfg.train.progress,
+    )
+    if int(jax.device_get(state.step)) == 0:
+        rt.writer.write(0, {"eval_loss": eval_loss(state.params)})
+    state = loop.run(
+        spec,
+        state=state,
+        step_fn=lambda s, b: step_fn(s, b, base_rng),
+        batches=batches(),
+        data_state=train.get_state,
+        manager=rt.manager,
+        writer=rt.writer,
+        eval_fn=lambda s, step: {"eval_loss": eval_loss(s.params)},
+    )
+    final = {"eval_loss": eval_loss(state.params)}
+    rt.writer.write(cfg.train.steps, final)
+    logging.info("[%s] final held-out loss %.4f", cfg.stage, final["eval_loss"])
+    checkpointing.export_params(stage_dir, state.params, {"stage": cfg.stage, **final})
+    rt.close()
+    return final
