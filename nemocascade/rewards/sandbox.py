@@ -277,6 +277,7 @@ class Outcome:
 
 
 _BACKEND: list[str] = []
+BACKEND_ENV = "NEMOCASCADE_SANDBOX_BACKEND"
 
 
 def _python() -> str:
@@ -320,7 +321,14 @@ def _command(backend: str) -> list[str]:
 
 
 def available_backend() -> str:
-    """'bwrap' when bubblewrap works here, else 'rlimit' (probed once)."""
+    """'bwrap' when bubblewrap works here, else 'rlimit' (probed once).
+
+    $NEMOCASCADE_SANDBOX_BACKEND forces one (inherited by pool workers).
+    """
+    forced = os.environ.get(BACKEND_ENV)
+    if forced:
+        _command(forced)  # validates the name
+        return forced
     if not _BACKEND:
         import shutil
         import subprocess

@@ -206,6 +206,7 @@ OPENERS = ("Sure.", "Good question.", "Happy to help.")
 CLOSINGS = ("Hope this helps.", "Let me know if you have questions.", "Enjoy learning more.")
 WEIGHTS = {"on_topic": 0.4, "length": 0.2, "no_repeat": 0.2, "closing": 0.2}
 LENGTH_RANGE = (15, 45)
+_SUFFIXES = ("s", "es", "d", "ed", "ing")
 
 
 def _sentences(text: str) -> list[str]:
@@ -216,6 +217,13 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z]+", text.lower())
 
 
+def _matches(word: str, keys: set[str]) -> bool:
+    """Keyword match up to a regular inflection ("rivers", "reading", "baked")."""
+    if word in keys:
+        return True
+    return any(word.endswith(suf) and word[: -len(suf)] in keys for suf in _SUFFIXES)
+
+
 def rubric(keywords: list[str], answer_text: str) -> dict[str, float]:
     """Per-criterion gold scores in [0, 1]."""
     sentences = _sentences(answer_text)
@@ -224,7 +232,7 @@ def rubric(keywords: list[str], answer_text: str) -> dict[str, float]:
     keys = set(keywords)
     # Plural/possessive forms count ("rivers" for "river").
     # Repeated sentences count once, so repetition also dilutes topicality.
-    on_topic = [any(w in keys or w.rstrip("s") in keys for w in _words(s)) for s in set(content)]
+    on_topic = [any(_matches(w, keys) for w in _words(s)) for s in set(content)]
     n_words = len(_words(answer_text))
     lo, hi = LENGTH_RANGE
     length = min(1.0, n_words / lo) if n_words <= hi else max(0.0, 1.0 - (n_words - hi) / hi)

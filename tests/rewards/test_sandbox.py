@@ -173,3 +173,11 @@ def test_server_death_is_recovered(backend):
 def test_unknown_backend():
     with pytest.raises(ValueError, match="valid: bwrap, rlimit"):
         sandbox.run_code(OK, [(1, 2)], backend="docker")
+
+
+def test_backend_can_be_forced(monkeypatch):
+    monkeypatch.setenv(sandbox.BACKEND_ENV, "rlimit")
+    assert sandbox.available_backend() == "rlimit"
+    monkeypatch.setenv(sandbox.BACKEND_ENV, "docker")
+    with pytest.raises(ValueError, match="valid: bwrap, rlimit"):
+        sandbox.available_backend()
