@@ -89,8 +89,8 @@ def make_train_step(
         out = {k: s / jnp.maximum(c, 1e-9) for k, (s, c) in metrics.items()}
         out.update(
             loss=loss,
-            grad_norm=optax.global_norm(grads),
-            param_norm=optax.global_norm(params),
+            grad_norm=optax.tree.norm(grads),
+            param_norm=optax.tree.norm(params),
             tokens=den,
         )
         new_state = state_lib.TrainState(step=state.step + 1, params=params, opt_state=opt_state)
