@@ -30,9 +30,11 @@ from jax import lax
 
 from kernels.fused_logprob import online_softmax
 
-# Tiles of 1024 × 8192 float32 logits are 32 MiB: large GEMMs, bounded memory.
+# A 1024 × 4096 float32 logits tile is 16 MiB: GEMMs large enough to run near
+# peak, few live tiles. It was the fastest of the shapes tried on the CPU bench
+# (bench/fused_logprob.py); accelerators may prefer other sizes.
 DEFAULT_TOKEN_BLOCK = 1024
-DEFAULT_VOCAB_BLOCK = 8192
+DEFAULT_VOCAB_BLOCK = 4096
 
 
 def _chunking(n: int, v: int, token_block: int, vocab_block: int) -> tuple[int, int, int, int]:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.fused_logprob import api, chunked_xla, online_softmax
+from kernels.fused_logprob import api, chunked_xla, online_softmax, pallas_gpu
 
 N, D, V, VALID = 45, 32, 300, 290
 # Small blocks so every implementation runs several token and vocabulary blocks.
@@ -269,3 +269,26 @@ def test_chunk_sizes_do_not_change_results():
     a = chunked_xla.partial_stats(hidden, w, targets, VALID, token_block=7, vocab_block=33)
     b = chunked_xla.partial_stats(hidden, w, targets, VALID, token_block=64, vocab_block=1024)
     _assert_close(online_softmax.finalize(a), online_softmax.finalize(b), atol=1e-5)
+
+
+def test_pallas_gpu_several_vocab_splits():
+    # 300 columns in splits of 64 (two 32-column blocks each): 5 partials per token,
+    # the last split half past the end of the vocabulary.
+    hidden, w, targets, _, _ = _inputs()
+    stats = jax.jit(
+        lambda h, w, y: pallas_gpu.partial_stats(
+            h,
+            w,
+            y,
+            VALID,
+            temperature=0.7,
+            block_tokens=16,
+            block_vocab=32,
+            vocab_split=64,
+            interpret=True,
+        )
+    )(hidden, w, targets)
+    expected = api.token_logprobs(
+        hidden, w, targets, temperature=0.7, valid_vocab=VALID, implementation="reference"
+    )
+    _assert_close(online_softmax.finalize(stats)[:2], expected, atol=2e-5)
