@@ -45,9 +45,19 @@ def _maybe_initialize_distributed():
         jax.distributed.initialize()
 
 
+class _QuietLibraries(logging.Filter):
+    """Drops INFO chatter of orbax/absl internals; our own INFO lines stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        noisy = "/orbax/" in record.pathname or "/jax/" in record.pathname
+        return record.levelno >= logging.WARNING or not noisy
+
+
 def main(argv):
     del argv
     logging.getLogger().setLevel(logging.INFO)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_QuietLibraries())
     from nemocascade import config as config_lib
 
     try:
