@@ -1,11 +1,15 @@
 """Shared pieces of the config files: size variants and section defaults.
 
-Config files import only `ml_collections` and this module. Every config takes
+Config files import only `ml_collections` and this module; this module takes
+every field's default from `nemocascade.config` (the one place that defines
+them), so every field is overridable from the command line. Every config takes
 `:tiny` (CPU, built-in task world), `:small` (CPU benchmark size), `:8b` and
 `:14b` (Qwen3 shapes on pod meshes).
 """
 
 import ml_collections
+
+from nemocascade import config as config_lib
 
 SIZES = ("tiny", "small", "8b", "14b")
 
@@ -19,19 +23,53 @@ def parse_arg(arg: str | None, default: str = "tiny") -> str:
 
 def base(stage: str, size: str) -> ml_collections.ConfigDict:
     """Sections every stage has, sized for `size`."""
-    c = ml_collections.ConfigDict()
-    c.stage = stage
-    c.model = ml_collections.ConfigDict(
-        {"preset": {"tiny": "tiny", "small": "small", "8b": "qwen3_8b", "14b": "qwen3_14b"}[size]}
-    )
-    c.mesh = ml_collections.ConfigDict(
-        {"shape": (1, -1, 1), "rules": "fsdp" if size in ("tiny", "small") else "fsdp_tp"}
-    )
+    preset = {"tiny": "tiny", "small": "small", "8b": "qwen3_8b", "14b": "qwen3_14b"}[size]
+    c = ml_collections.ConfigDict(config_lib.defaults(stage, preset))
+    c.mesh.rules = "fsdp" if size in ("tiny", "small") else "fsdp_tp"
     if size in ("8b", "14b"):
         c.mesh.shape = (1, -1, 4)
-    c.optim = ml_collections.ConfigDict()
-    c.train = ml_collections.ConfigDict()
-    c.data = ml_collections.ConfigDict()
-    c.init = ml_collections.ConfigDict({"init_from": "", "resume_from": ""})
-    c.eval = ml_collections.ConfigDict()
+    return c
+
+
+def rl_base(stage: str, size: str) -> ml_collections.ConfigDict:
+    """Defaults shared by every RL stage (paper §2: GRPO, on-policy, no KL, token mean)."""
+    c = base(stage, size)
+    if size in ("tiny", "small"):
+        c.optim.update(
+            lr=1e-4,
+            warmup_steps=0,
+            schedule="constant",
+            b1=0.9,
+            b2=0.95,
+            weight_decay=0.0,
+            grad_clip=1.0,
+        )
+        c.train.update(
+            steps=40, batch_size=64, seq_len=512, log_every=1, eval_every=20, checkpoint_every=10
+        )
+        c.eval.update(num_per_domain=64, max_new_tokens=192, thinking_budget=160, batch_size=128)
+    else:
+        # Paper: batch 128 prompts x 8 rollouts, AdamW beta=(0.9, 0.95), lr 2e-6..4e-6.
+        c.rl.update(prompts_per_step=128, group_size=8, eval_num=512)
+        c.optim.update(
+            lr=2e-6,
+            warmup_steps=0,
+            schedule="constant",
+            b1=0.9,
+            b2=0.95,
+            weight_decay=0.0,
+            grad_clip=1.0,
+        )
+        c.train.update(
+            steps=500,
+            batch_size=1024,
+            seq_len=40_960,
+            num_microbatches=64,
+            log_every=1,
+            eval_every=50,
+            checkpoint_every=10,
+        )
+        c.eval.update(
+            num_per_domain=512, max_new_tokens=32_768, thinking_budget=30_000, batch_size=512
+        )
     return c

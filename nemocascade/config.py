@@ -13,6 +13,8 @@ import types
 import typing
 from typing import Any
 
+from ml_collections import config_dict
+
 from nemocascade.model import presets
 from nemocascade.tasks import base as tasks_base
 
@@ -84,6 +86,51 @@ class EvalConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CurriculumStage:
+    """One sub-stage of a response-length curriculum (C1 math RL: 24K → 32K → 40K)."""
+
+    steps: int
+    max_new_tokens: int
+    temperature: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    """One RL stage (GRPO, strictly on-policy). Defaults follow the paper (§2 of the recipe)."""
+
+    domains: tuple[str, ...] = ("math",)
+    reward: str = ""  # verifier name; "" = the domain's verifier; "rm" = reward model
+    rm_from: str = ""  # stage dir of the reward model when reward == "rm"
+    mode: str = "thinking"  # thinking | instruct | half_half
+    group_size: int = 8
+    prompts_per_step: int = 8
+    num_prompts: int = 2000  # RL-split prompts per domain
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 128
+    thinking_budget: int = 0  # 0 = no budget beyond max_new_tokens
+    overlong: str = "filter"  # filter | zero_reward | none
+    dynamic_filter: str = "none"  # none | batch | epoch
+    resample_easy: float = 0.01
+    resample_hard: float = 0.1
+    advantage: str = "grpo"  # grpo | loo | mean_only
+    reward_shaping: str = "none"  # none | zscore_tanh
+    aggregation: str = "token_mean"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float = 0.0  # 0 = off
+    kl_coef: float = 0.0
+    kl_kind: str = "k3"
+    kl_in_reward: bool = False
+    entropy_coef: float = 0.0
+    curriculum: tuple[CurriculumStage, ...] = ()
+    eval_num: int = 64  # held-out prompts per domain for the stage's own eval
+    verifier_workers: int = 2
+    verifier_timeout_s: float = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     stage: str
     model: presets.ModelConfig
@@ -93,6 +140,7 @@ class Config:
     data: DataConfig = DataConfig()
     init: InitConfig = InitConfig()
     eval: EvalConfig = EvalConfig()
+    rl: RLConfig = RLConfig()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -107,6 +155,7 @@ class _ConfigSections:
     data: DataConfig = DataConfig()
     init: InitConfig = InitConfig()
     eval: EvalConfig = EvalConfig()
+    rl: RLConfig = RLConfig()
 
 
 STAGES = ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "mopd", "cascade")
@@ -121,6 +170,8 @@ def _convert(value: Any, annotation: Any, path: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path} must be a sequence, got {value!r}")
         (elem, *_) = typing.get_args(annotation) or (Any,)
+        if dataclasses.is_dataclass(elem):
+            return tuple(build(elem, v, f"{path}[{i}]") for i, v in enumerate(value))
         return tuple(_convert(v, elem, path) for v in value)
     if annotation is bool:
         if not isinstance(value, bool):
@@ -207,14 +258,83 @@ def validate(cfg: Config) -> Config:
         cfg.model.max_seq_len >= t.seq_len,
         f"config.train.seq_len={t.seq_len} exceeds model max_seq_len={cfg.model.max_seq_len}",
     )
+    _validate_rl(cfg.rl)
     return cfg
+
+
+def _validate_rl(r: RLConfig):
+    for dom in r.domains:
+        _check(
+            dom in tasks_base.DOMAINS, f"config.rl.domains has {dom!r}; valid {tasks_base.DOMAINS}"
+        )
+    _check(r.mode in ("thinking", "instruct", "half_half"), f"config.rl.mode={r.mode!r}")
+    _check(r.group_size >= 2, f"config.rl.group_size must be >= 2, got {r.group_size}")
+    _check(r.prompts_per_step > 0, "config.rl.prompts_per_step must be > 0")
+    _check(r.temperature > 0, f"config.rl.temperature must be > 0, got {r.temperature}")
+    _check(0 < r.top_p <= 1, f"config.rl.top_p must be in (0, 1], got {r.top_p}")
+    _check(r.top_k >= 0, "config.rl.top_k must be >= 0 (0 disables)")
+    _check(r.max_new_tokens > 0, "config.rl.max_new_tokens must be > 0")
+    _check(r.overlong in ("filter", "zero_reward", "none"), f"config.rl.overlong={r.overlong!r}")
+    _check(
+        r.dynamic_filter in ("none", "batch", "epoch"),
+        f"config.rl.dynamic_filter={r.dynamic_filter!r}",
+    )
+    _check(r.advantage in ("grpo", "loo", "mean_only"), f"config.rl.advantage={r.advantage!r}")
+    _check(
+        r.reward_shaping in ("none", "zscore_tanh"),
+        f"config.rl.reward_shaping={r.reward_shaping!r}",
+    )
+    _check(
+        r.aggregation in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
+        f"config.rl.aggregation={r.aggregation!r}",
+    )
+    _check(r.kl_kind in ("k1", "k2", "k3"), f"config.rl.kl_kind={r.kl_kind!r}")
+    _check(r.kl_coef >= 0 and r.entropy_coef >= 0, "config.rl.kl_coef/entropy_coef must be >= 0")
+    for i, c in enumerate(r.curriculum):
+        _check(
+            c.steps > 0 and c.max_new_tokens > 0 and c.temperature > 0,
+            f"config.rl.curriculum[{i}] needs positive steps, max_new_tokens, temperature",
+        )
+
+
+def _as_dict(obj) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):
+            v = _as_dict(v)
+        elif isinstance(v, tuple) and v and dataclasses.is_dataclass(v[0]):
+            v = [_as_dict(x) for x in v]
+        out[f.name] = v
+    return out
+
+
+def defaults(stage: str, preset: str) -> dict[str, Any]:
+    """Every field with its default, as nested dicts (config files start from this).
+
+    Listing every field in the ConfigDict makes each one overridable from the
+    command line (`--config.rl.lr=...`), while a misspelled override is
+    rejected by name by the flag parser.
+    """
+    sections = _as_dict(_ConfigSections(stage=stage))
+    # Model fields default to None = "the preset's value", so changing the
+    # preset alone switches every shape field with it.
+    hints = typing.get_type_hints(presets.ModelConfig)
+    model = {
+        "preset": preset,
+        **{
+            f.name: config_dict.placeholder(hints[f.name])
+            for f in dataclasses.fields(presets.ModelConfig)
+        },
+    }
+    return {**sections, "model": model}
 
 
 def from_config_dict(cd: Any) -> Config:
     """ConfigDict (from a config file) → validated `Config`."""
     cd = dict(cd.items())
     _check("stage" in cd, "config.stage is missing")
-    model_cd = dict(cd.pop("model", {}).items())
+    model_cd = {k: v for k, v in cd.pop("model", {}).items() if v is not None}
     preset = model_cd.pop("preset", "tiny")
     try:
         model = presets.get_preset(preset, **model_cd)

@@ -8,6 +8,9 @@ from nemocascade import config as config_lib
 
 _RUNNERS = {
     "sft": "nemocascade.trainer.stages.sft",
+    "stage1_short": "nemocascade.trainer.stages.rl",
+    "stage2_medium": "nemocascade.trainer.stages.rl",
+    "stage3_long": "nemocascade.trainer.stages.rl",
 }
 
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import jax
 
-from nemocascade import checkpointing
-from nemocascade import metrics as metrics_lib
+from nemocascade import checkpointing, metrics as metrics_lib
 
 
 class NonFiniteError(FloatingPointError):

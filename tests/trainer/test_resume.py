@@ -7,8 +7,7 @@ import flax.linen as nn
 import jax
 import pytest
 
-from nemocascade import checkpointing
-from nemocascade import config as config_lib
+from nemocascade import checkpointing, config as config_lib
 from nemocascade.data import pipelines
 from nemocascade.model import presets, transformer
 from nemocascade.trainer.stages import sft

@@ -7,11 +7,8 @@ import numpy as np
 import pytest
 
 from nemocascade.model import transformer
-from nemocascade.sharding import mesh as mesh_lib
-from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import optimizer
-from nemocascade.trainer import state as state_lib
-from nemocascade.trainer import step as step_lib
+from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
+from nemocascade.trainer import optimizer, state as state_lib, step as step_lib
 from nemocascade.trainer.stages import sft
 from tests.trainer import helpers
 

@@ -9,13 +9,9 @@ from typing import Any
 
 import jax
 
-from nemocascade import checkpointing
-from nemocascade import config as config_lib
-from nemocascade import metrics as metrics_lib
-from nemocascade.sharding import mesh as mesh_lib
-from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import optimizer
-from nemocascade.trainer import state as state_lib
+from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
+from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
+from nemocascade.trainer import optimizer, state as state_lib
 
 
 @dataclasses.dataclass

@@ -14,15 +14,12 @@ from typing import Any
 
 import jax
 
-from nemocascade import checkpointing
-from nemocascade import config as config_lib
-from nemocascade.data import chat_template, pipelines
-from nemocascade.data import tokenizer as tokenizer_lib
+from nemocascade import checkpointing, config as config_lib
+from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_lib
 from nemocascade.losses import sft as sft_loss
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import forward, loop
-from nemocascade.trainer import step as step_lib
-from nemocascade.trainer.stages import common
+from nemocascade.trainer import forward, loop, step as step_lib
+from nemocascade.trainer.stages import common, evaluation
 
 
 def make_loss_fn(cfg: config_lib.Config):
@@ -138,6 +135,8 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     final = {"eval_loss": eval_loss(state.params)}
     rt.writer.write(cfg.train.steps, final)
     logging.info("[%s] final held-out loss %.4f", cfg.stage, final["eval_loss"])
+    template = chat_template.Template(style=cfg.data.template_style)
+    final.update(evaluation.write_matrix(cfg, tok, template, rt, state.params))
     checkpointing.export_params(stage_dir, state.params, {"stage": cfg.stage, **final})
     rt.close()
     return final

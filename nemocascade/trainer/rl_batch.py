@@ -1,0 +1,75 @@
+"""From scored rollouts to the RL train batch: overlong handling, advantages, filtering.
+
+Host-side numpy glue between the sampler, the verifiers and the train step;
+the numerics (advantages) are the pure functions of `nemocascade.losses`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from nemocascade import config as config_lib
+from nemocascade.losses import advantages as adv_lib
+
+TRAIN_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask", "ref_logprobs")
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    batch: dict[str, np.ndarray]  # TRAIN_KEYS (+ sampler_logprobs)
+    rewards: np.ndarray  # [N] rewards used for advantages (after overlong handling)
+    kept_groups: np.ndarray  # [num_groups] bool
+    metrics: dict[str, float]
+
+
+def prepare(
+    rl: config_lib.RLConfig,
+    rollout_batch: dict[str, np.ndarray],
+    scores: np.ndarray,
+    truncated: np.ndarray,
+    group_size: int,
+) -> Prepared:
+    """Applies the paper's per-stage options and computes group advantages.
+
+    * overlong `filter`: truncated responses are excluded from the loss (their
+      reward still enters the group statistics as 0 — they did not answer);
+      `zero_reward`: truncated responses get reward 0 and stay in the loss;
+      `none`: the verifier's score is used as is.
+    * advantages per group: (r − mean)/std, 0 where std = 0 (or `loo`, `mean_only`),
+      optionally after z-score+tanh shaping.
+    * dynamic filtering `batch`: groups whose rewards are all equal are dropped
+      from the loss (they carry no signal and would only dilute the token mean).
+    """
+    scores = np.asarray(scores, np.float32)
+    truncated = np.asarray(truncated, bool)
+    rewards = scores.copy()
+    if rl.overlong in ("filter", "zero_reward"):
+        rewards = np.where(truncated, 0.0, rewards).astype(np.float32)
+    groups = rewards.reshape(-1, group_size)
+    if rl.reward_shaping != "none":
+        groups = np.asarray(adv_lib.shaped_rewards(jnp.asarray(groups), rl.reward_shaping))
+    adv = np.asarray(adv_lib.group_advantages(jnp.asarray(groups), mode=rl.advantage))
+    zero_std = np.asarray(groups.std(axis=-1) <= 1e-6)
+    kept = ~zero_std if rl.dynamic_filter == "batch" else np.ones(len(groups), bool)
+
+    loss_mask = rollout_batch["loss_mask"].copy()
+    seq_keep = np.repeat(kept, group_size)
+    if rl.overlong == "filter":
+        seq_keep &= ~truncated
+    loss_mask *= seq_keep[:, None].astype(loss_mask.dtype)
+    batch = {k: rollout_batch[k] for k in TRAIN_KEYS if k in rollout_batch}
+    batch["loss_mask"] = loss_mask
+    batch["advantages"] = adv.reshape(-1).astype(np.float32)
+    batch["sampler_logprobs"] = rollout_batch["sampler_logprobs"]
+    metrics = {
+        "reward_mean": float(scores.mean()),
+        "pass_rate": float((scores >= 1.0).mean()),
+        "groups_zero_std": float(zero_std.mean()),
+        "groups_filtered": float(1.0 - kept.mean()),
+        "truncation_rate": float(truncated.mean()),
+        "seqs_in_loss": float(seq_keep.mean()),
+    }
+    return Prepared(batch, rewards, kept, metrics)

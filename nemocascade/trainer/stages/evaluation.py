@@ -1,0 +1,77 @@
+"""Stage-side evaluation: the stage's own held-out score and the full eval matrix.
+
+Both use greedy decoding on the eval split (`nemocascade.evaluation.matrix`).
+The matrix is written to `DIR/<stage>/eval_matrix.json` at the end of every
+stage, which the cascade report reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+
+from nemocascade import config as config_lib
+from nemocascade.evaluation import matrix
+from nemocascade.sharding import rules as rules_lib
+
+
+def _rl_modes(rl: config_lib.RLConfig) -> tuple[str, ...]:
+    return ("thinking", "instruct") if rl.mode == "half_half" else (rl.mode,)
+
+
+def own_domain_eval(cfg: config_lib.Config, tok, template, rt):
+    """params → {"eval/<domain>/<mode>/pass@1": …} on the stage's own domains and modes."""
+
+    def evaluate(params) -> dict[str, float]:
+        if cfg.rl.eval_num <= 0:
+            return {}
+        out = matrix.evaluate(
+            params,
+            cfg.model,
+            tok,
+            domains=cfg.rl.domains,
+            modes=_rl_modes(cfg.rl),
+            num_per_domain=cfg.rl.eval_num,
+            max_new_tokens=cfg.eval.max_new_tokens,
+            thinking_budget=cfg.eval.thinking_budget,
+            batch_size=cfg.eval.batch_size,
+            template=template,
+            mesh=rt.mesh,
+            rules=rules_lib.get_rules("decode"),
+        )
+        return {f"eval/{k}": v for k, v in out.items()}
+
+    return evaluate
+
+
+def write_matrix(cfg: config_lib.Config, tok, template, rt, params) -> dict[str, float]:
+    """Every domain × mode; written to `<stage_dir>/eval_matrix.json`."""
+    e = cfg.eval
+    if e.num_per_domain <= 0:
+        return {}
+    metrics = matrix.evaluate(
+        params,
+        cfg.model,
+        tok,
+        domains=e.domains,
+        modes=e.modes,
+        num_per_domain=e.num_per_domain,
+        max_new_tokens=e.max_new_tokens,
+        thinking_budget=e.thinking_budget,
+        batch_size=e.batch_size,
+        template=template,
+        mesh=rt.mesh,
+        rules=rules_lib.get_rules("decode"),
+    )
+    if jax.process_index() == 0:
+        matrix.write(os.path.join(rt.stage_dir, "eval_matrix.json"), cfg.stage, metrics)
+    logging.info(
+        "[%s] eval matrix: %s",
+        cfg.stage,
+        ", ".join(
+            f"{k}={v:.3f}" for k, v in sorted(metrics.items()) if "pass@1" in k or "gold" in k
+        ),
+    )
+    return metrics

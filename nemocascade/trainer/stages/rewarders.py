@@ -1,0 +1,52 @@
+"""Reward sources of an RL stage behind one call: `rewarder(examples, rollouts) -> scores [N]`.
+
+* verifiers (RLVR stages): the domain's gold verifier scores the answer after
+  `</think>` in a pool of worker processes (code runs in the sandbox);
+* reward model (RLHF): see `nemocascade.trainer.stages.rm_scoring`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from nemocascade import config as config_lib
+from nemocascade.rewards import pool as pool_lib, registry
+from nemocascade.rollout import engine
+from nemocascade.tasks import base as tasks_base
+
+
+class VerifierRewarder:
+    """Scores every rollout with its example's verifier (or `rl.reward` when set)."""
+
+    def __init__(self, rl: config_lib.RLConfig):
+        if rl.reward and rl.reward not in registry.names():
+            raise config_lib.ConfigError(
+                f"config.rl.reward={rl.reward!r}; choose from {registry.names()} or 'rm'"
+            )
+        self._fixed = rl.reward or None
+        self._pool = pool_lib.VerifierPool(
+            num_workers=rl.verifier_workers, timeout_s=rl.verifier_timeout_s
+        ).__enter__()
+
+    def __call__(
+        self, examples: Sequence[tasks_base.Example], rollouts: engine.RolloutBatch
+    ) -> np.ndarray:
+        rows = [examples[i] for i in rollouts.example_index]
+        names = [self._fixed or registry.name_for_domain(ex.domain) for ex in rows]
+        results = self._pool.score(
+            names, [ex.prompt for ex in rows], list(rollouts.completions), rows
+        )
+        return np.asarray([r.score for r in results], np.float32)
+
+    def close(self):
+        self._pool.close()
+
+
+def make(cfg: config_lib.Config, workdir: str, rt, tok):
+    if cfg.rl.reward == "rm":
+        from nemocascade.trainer.stages import rm_scoring
+
+        return rm_scoring.RMRewarder(cfg, workdir, rt, tok)
+    return VerifierRewarder(cfg.rl)

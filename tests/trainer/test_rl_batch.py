@@ -1,0 +1,72 @@
+"""RL batch preparation: overlong modes, advantages, batch-level dynamic filtering, curriculum."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from nemocascade import config as config_lib
+from nemocascade.trainer import rl_batch
+from nemocascade.trainer.stages import rl as rl_stage
+
+
+def _rollout(n, t=4):
+    return {
+        "inputs": np.zeros((n, t), np.int32),
+        "targets": np.zeros((n, t), np.int32),
+        "positions": np.zeros((n, t), np.int32),
+        "segment_ids": np.ones((n, t), np.int32),
+        "loss_mask": np.ones((n, t), np.int32),
+        "sampler_logprobs": np.zeros((n, t), np.float32),
+    }
+
+
+def test_advantages_and_batch_filter():
+    rl = dataclasses.replace(config_lib.RLConfig(), dynamic_filter="batch", overlong="none")
+    scores = np.array([1, 0, 0, 0, 1, 1, 1, 1], np.float32)  # group 2 has std 0
+    p = rl_batch.prepare(rl, _rollout(8), scores, np.zeros(8, bool), group_size=4)
+    np.testing.assert_allclose(
+        p.batch["advantages"],
+        [1.7320508, -0.5773503, -0.5773503, -0.5773503, 0, 0, 0, 0],
+        rtol=1e-6,
+    )
+    np.testing.assert_array_equal(p.kept_groups, [True, False])
+    assert p.batch["loss_mask"][4:].sum() == 0 and p.batch["loss_mask"][:4].sum() == 16
+    assert p.metrics["groups_filtered"] == 0.5 and p.metrics["pass_rate"] == 0.625
+
+
+@pytest.mark.parametrize("mode", ["filter", "zero_reward", "none"])
+def test_overlong_modes(mode):
+    rl = dataclasses.replace(config_lib.RLConfig(), overlong=mode)
+    scores = np.array([1, 1, 0, 0], np.float32)
+    truncated = np.array([False, True, False, False])
+    p = rl_batch.prepare(rl, _rollout(4), scores, truncated, group_size=4)
+    in_loss = p.batch["loss_mask"].sum(axis=1) > 0
+    if mode == "filter":
+        np.testing.assert_array_equal(in_loss, [True, False, True, True])
+        np.testing.assert_array_equal(p.rewards, [1, 0, 0, 0])
+    elif mode == "zero_reward":
+        np.testing.assert_array_equal(in_loss, [True] * 4)
+        np.testing.assert_array_equal(p.rewards, [1, 0, 0, 0])
+    else:
+        np.testing.assert_array_equal(p.rewards, [1, 1, 0, 0])
+        np.testing.assert_allclose(p.batch["advantages"], [1, 1, -1, -1])
+
+
+def test_curriculum_phases():
+    rl = dataclasses.replace(
+        config_lib.RLConfig(),
+        curriculum=(
+            config_lib.CurriculumStage(2, 64, 1.0),
+            config_lib.CurriculumStage(3, 96, 0.8),
+        ),
+    )
+    phases = [rl_stage.phase_at(rl, s) for s in range(1, 8)]
+    assert [p.max_new_tokens for p in phases] == [64, 64, 96, 96, 96, 96, 96]
+    assert [p.temperature for p in phases] == [1.0, 1.0, 0.8, 0.8, 0.8, 0.8, 0.8]
+    assert rl_stage.modes_for(dataclasses.replace(rl, mode="half_half"), 4) == [
+        "thinking",
+        "instruct",
+        "thinking",
+        "instruct",
+    ]
