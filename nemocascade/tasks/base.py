@@ -17,22 +17,22 @@ MODES = ("thinking", "instruct")
 
 @dataclasses.dataclass(frozen=True)
 class Example:
-  """One task instance.
+    """One task instance.
 
-  Attributes:
-    uid: stable identifier; the hash split is computed from it.
-    domain: one of `DOMAINS`.
-    difficulty: integer difficulty level (domain-specific meaning).
-    prompt: the user message, without any mode flag.
-    thinking: SFT target for the think block (thinking mode), without tags.
-    answer: SFT target for the final answer (both modes).
-    meta: verifier data (gold answer, hidden tests, constraints, rubric).
-  """
+    Attributes:
+      uid: stable identifier; the hash split is computed from it.
+      domain: one of `DOMAINS`.
+      difficulty: integer difficulty level (domain-specific meaning).
+      prompt: the user message, without any mode flag.
+      thinking: SFT target for the think block (thinking mode), without tags.
+      answer: SFT target for the final answer (both modes).
+      meta: verifier data (gold answer, hidden tests, constraints, rubric).
+    """
 
-  uid: str
-  domain: str
-  difficulty: int
-  prompt: str
-  thinking: str
-  answer: str
-  meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    uid: str
+    domain: str
+    difficulty: int
+    prompt: str
+    thinking: str
+    answer: str
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -11,6 +11,9 @@ _RUNNERS = {
     "stage1_short": "nemocascade.trainer.stages.rl",
     "stage2_medium": "nemocascade.trainer.stages.rl",
     "stage3_long": "nemocascade.trainer.stages.rl",
+    "rlhf": "nemocascade.trainer.stages.rl",
+    "rm": "nemocascade.trainer.stages.rm",
+    "cascade": "nemocascade.trainer.cascade",
 }
 
 

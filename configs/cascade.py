@@ -1,0 +1,32 @@
+"""The whole Cascade RL chain on the built-in world: the README's main job.
+
+    python -m nemocascade.main --config=configs/cascade.py:tiny --workdir=/tmp/nc
+
+`:tiny` runs the Cascade 1 order, SFT → RM → RLHF → IF-RL → math RL → code RL,
+each stage with its own `configs/<stage>.py:tiny`, initialized from the
+previous stage; `:tiny_c2` selects the Cascade 2 order. Rerunning the command
+skips finished stages and resumes an interrupted one. Writes
+`DIR/<stage>/eval_matrix.json` after every stage and `DIR/report.md`.
+
+Run a subset with `--config.cascade.stages=sft,rm`; change any stage's field
+with `--config.cascade.set='stage2_medium.train.steps=10;sft.optim.lr=1e-3'`.
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    size, _, order = (arg or "tiny").partition("_")
+    c = common.base("cascade", common.parse_arg(size))
+    c.cascade = ml_collections.ConfigDict(
+        {
+            "order": order or "c1",  # c1 | c2
+            "stages": "",  # comma-separated subset/order; "" = the order's stages
+            "size": size,
+            "forgetting_tolerance": 0.03,
+            "set": "",  # "stage.section.field=value;..." overrides
+        }
+    )
+    return c

@@ -1,0 +1,157 @@
+"""The cascade report: stage-by-stage evaluation table, heatmap and training curves.
+
+Reads `DIR/<stage>/eval_matrix.json` and `DIR/<stage>/metrics.jsonl` and
+writes `DIR/report.md`, `DIR/eval_heatmap.png` and `DIR/curves.png`.
+Regenerate with `python -m nemocascade.report --workdir=DIR`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from nemocascade import metrics as metrics_lib
+
+DOMAINS = ("chat", "if", "math", "code")
+MODES = ("thinking", "instruct")
+
+
+def headline_key(domain: str, mode: str) -> str:
+    return f"{domain}/{mode}/gold" if domain == "chat" else f"{domain}/{mode}/pass@1"
+
+
+def collect(workdir: str, stages: Sequence[str]) -> dict[str, dict[str, float]]:
+    """{stage: metrics} for every stage that has written its eval matrix."""
+    out = {}
+    for stage in stages:
+        path = os.path.join(workdir, stage, "eval_matrix.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                out[stage] = json.load(f)["metrics"]
+    return out
+
+
+def forgetting(workdir: str, stages: Sequence[str], tolerance: float) -> list[str]:
+    """Cells that fell more than `tolerance` below their best earlier value."""
+    table = collect(workdir, stages)
+    done = [s for s in stages if s in table]
+    flags = []
+    for d in DOMAINS:
+        for m in MODES:
+            key = headline_key(d, m)
+            best, best_stage = None, None
+            for s in done:
+                v = table[s].get(key)
+                if v is None:
+                    continue
+                if best is not None and v < best - tolerance:
+                    flags.append(
+                        f"{key} dropped from {best:.3f} (after {best_stage}) to {v:.3f} "
+                        f"after {s} (tolerance {tolerance:.3f})"
+                    )
+                if best is None or v > best:
+                    best, best_stage = v, s
+    return flags
+
+
+def _table(table: dict[str, dict[str, float]], done: list[str]) -> list[str]:
+    cols = [(d, m) for d in DOMAINS for m in MODES]
+    head = "| stage | " + " | ".join(f"{d}/{m[:5]}" for d, m in cols) + " |"
+    lines = [head, "|---" * (len(cols) + 1) + "|"]
+    prev = None
+    for s in done:
+        cells = []
+        for d, m in cols:
+            v = table[s].get(headline_key(d, m))
+            if v is None:
+                cells.append("–")
+                continue
+            cell = f"{100 * v:.1f}"
+            p = None if prev is None else table[prev].get(headline_key(d, m))
+            if p is not None:
+                cell += f" ({100 * (v - p):+.1f})"
+            cells.append(cell)
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        prev = s
+    return lines
+
+
+def _lengths(table, done) -> list[str]:
+    lines = ["| stage | " + " | ".join(f"{d}/{m[:5]}" for d in DOMAINS for m in MODES) + " |"]
+    lines.append("|---" * (len(DOMAINS) * len(MODES) + 1) + "|")
+    for s in done:
+        cells = [
+            f"{table[s].get(f'{d}/{m}/mean_len', float('nan')):.0f}" for d in DOMAINS for m in MODES
+        ]
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _plots(workdir: str, table, done) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    written = []
+    cols = [(d, m) for d in DOMAINS for m in MODES]
+    grid = np.array(
+        [[table[s].get(headline_key(d, m), np.nan) for d, m in cols] for s in done], float
+    )
+    fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2, 0.5 * len(done) + 1.5))
+    im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(cols)), [f"{d}\n{m}" for d, m in cols], fontsize=8)
+    ax.set_yticks(range(len(done)), done)
+    for i in range(len(done)):
+        for j in range(len(cols)):
+            if np.isfinite(grid[i, j]):
+                ax.text(j, i, f"{100 * grid[i, j]:.0f}", ha="center", va="center", color="w")
+    fig.colorbar(im, ax=ax, label="pass@1 (chat: gold score)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(workdir, "eval_heatmap.png"), dpi=100)
+    plt.close(fig)
+    written.append("eval_heatmap.png")
+
+    curves = {s: metrics_lib.read(os.path.join(workdir, s, "metrics.jsonl")) for s in done}
+    curves = {s: [r for r in rec if "reward_mean" in r] for s, rec in curves.items()}
+    curves = {s: rec for s, rec in curves.items() if rec}
+    if curves:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+        for s, rec in curves.items():
+            steps = [r["step"] for r in rec]
+            axes[0].plot(steps, [r["reward_mean"] for r in rec], label=s)
+            axes[1].plot(steps, [r["response_len_mean"] for r in rec], label=s)
+        axes[0].set(title="reward (mean over rollouts)", xlabel="step")
+        axes[1].set(title="response length (tokens)", xlabel="step")
+        axes[0].legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(workdir, "curves.png"), dpi=100)
+        plt.close(fig)
+        written.append("curves.png")
+    return written
+
+
+def write(workdir: str, stages: Sequence[str], tolerance: float = 0.03) -> str:
+    """Writes report.md (+ PNGs); returns its path."""
+    table = collect(workdir, stages)
+    done = [s for s in stages if s in table]
+    lines = ["# Cascade report", "", f"Workdir: `{os.path.abspath(workdir)}`", ""]
+    lines += [
+        "Held-out pass@1 (greedy) per domain × mode, in percent; chat is the gold-rubric "
+        "score. Parentheses: change from the previous stage.",
+        "",
+    ]
+    lines += _table(table, done) if done else ["(no stage has finished yet)"]
+    lines += ["", "Mean response length (tokens):", ""]
+    lines += _lengths(table, done) if done else []
+    flags = forgetting(workdir, stages, tolerance)
+    lines += ["", f"## Forgetting guard (tolerance {100 * tolerance:.0f} points)", ""]
+    lines += [f"- **{f}**" for f in flags] if flags else ["No cell dropped beyond tolerance."]
+    if done:
+        lines += [""] + [f"![{p}]({p})" for p in _plots(workdir, table, done)]
+    path = os.path.join(workdir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
