@@ -33,7 +33,7 @@ def test_matrix_keys_and_ranges_on_a_toy_model(tok, tmp_path):
         num_per_domain=3,
         max_new_tokens=MAX_NEW,
         thinking_budget=4,
-        batch_size=12,
+        batch_size=48,  # one sampler call for greedy, one for the samples
         samples=2,
     )
     expected = {
@@ -52,6 +52,13 @@ def test_matrix_keys_and_ranges_on_a_toy_model(tok, tmp_path):
     path = tmp_path / "sft" / "eval_matrix.json"
     matrix.write(str(path), "sft", metrics)
     assert json.loads(path.read_text()) == {"stage": "sft", "metrics": metrics}
+
+
+def test_chunks_are_near_equal_and_bounded():
+    chunks = matrix._chunks(list(range(50)), 16)
+    assert [len(c) for c in chunks] == [13, 13, 13, 11]
+    assert sum(chunks, []) == list(range(50))
+    assert matrix._chunks(list(range(5)), 16) == [list(range(5))]
 
 
 def test_examples_are_deterministic_and_cover_the_split_levels():

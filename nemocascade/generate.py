@@ -1,0 +1,270 @@
+"""CLI: sample from a stage's exported params in either decoding mode.
+
+    python -m nemocascade.generate --workdir=DIR --mode=thinking --prompt="What is 2+3?"
+    python -m nemocascade.generate --workdir=DIR --stage=sft --mode=instruct \\
+        --input=prompts.jsonl --output=out.jsonl
+
+Input lines are JSON objects with `prompt` and optionally `messages` (a chat
+ending with a user turn, which then replaces `prompt`); every output line is
+the input object plus `completion`, `thinking`, `answer`, `num_tokens` and
+`truncated`. Params come from `DIR/<stage>/export`; `--stage` defaults to the
+policy stage that finished last. The model shape is read from the checkpoint
+and matched against the presets (`--preset` names one explicitly). Sampling
+defaults follow the paper's evaluation (temperature 0.6, top-p 0.95, top-k
+20); `--temperature=0` decodes greedily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import orbax.checkpoint as ocp
+
+from nemocascade import checkpointing
+from nemocascade.data import chat_template, tokenizer as tokenizer_lib
+from nemocascade.model import presets, transformer
+from nemocascade.rollout import modes as modes_lib, sampler, sampling
+from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
+from nemocascade.trainer import state as state_lib
+
+# Stages whose export is not a policy (the reward model has its own head).
+_NOT_POLICY = ("rm",)
+
+
+class UsageError(ValueError):
+    """A flag value is unusable; the message names the flag."""
+
+
+def resolve_stage(workdir: str, stage: str | None) -> str:
+    """`stage` checked, or the policy stage whose DONE marker is newest."""
+    if not os.path.isdir(workdir):
+        raise UsageError(f"--workdir={workdir} does not exist")
+    if stage:
+        if not os.path.isdir(os.path.join(workdir, stage, "export")):
+            raise UsageError(f"--stage={stage}: no exported params at {workdir}/{stage}/export")
+        return stage
+    done = [
+        name
+        for name in os.listdir(workdir)
+        if name not in _NOT_POLICY and checkpointing.is_done(os.path.join(workdir, name))
+    ]
+    if not done:
+        raise UsageError(f"--workdir={workdir} has no finished stage; pass --stage=NAME")
+    return max(done, key=lambda n: os.path.getmtime(os.path.join(workdir, n, "DONE")))
+
+
+def infer_model_config(params_dir: str, preset: str | None = None) -> presets.ModelConfig:
+    """The model shape of an exported params tree: a matching preset, else built from shapes.
+
+    Unmatched shapes get `ModelConfig` defaults for what shapes cannot tell
+    (rope theta, dtypes, max_seq_len).
+    """
+    tree = ocp.StandardCheckpointer().metadata(params_dir).item_metadata
+    scanned = "layers" in tree
+    layer = tree["layers"] if scanned else tree["layer_0"]
+    q_shape = layer["attn"]["q_proj"]["kernel"].shape
+    vocab, d_model = tree["embed"]["embedding"].shape
+    shape = dict(
+        vocab_size=vocab,
+        d_model=d_model,
+        num_layers=q_shape[0] if scanned else sum(k.startswith("layer_") for k in tree),
+        num_heads=q_shape[-2],
+        num_kv_heads=layer["attn"]["k_proj"]["kernel"].shape[-2],
+        head_dim=q_shape[-1],
+        d_ff=layer["mlp"]["gate_proj"]["kernel"].shape[-1],
+        qk_norm="q_norm" in layer["attn"],
+        tie_embeddings="lm_head" not in tree,
+    )
+    if preset:
+        cfg = presets.get_preset(preset)
+        wrong = {k: (getattr(cfg, k), v) for k, v in shape.items() if getattr(cfg, k) != v}
+        if wrong:
+            raise UsageError(
+                f"--preset={preset} does not match the checkpoint (preset, ckpt): {wrong}"
+            )
+        return dataclasses.replace(cfg, scan_layers=scanned)
+    for cfg in presets.PRESETS.values():
+        if all(getattr(cfg, k) == v for k, v in shape.items()):
+            return dataclasses.replace(cfg, scan_layers=scanned)
+    return presets.ModelConfig(**shape, scan_layers=scanned)
+
+
+def load(workdir: str, stage: str | None, preset: str | None = None):
+    """(params on a decode mesh, model config, mesh, rules, stage name)."""
+    stage = resolve_stage(workdir, stage)
+    params_dir = checkpointing.resolve_params_dir(os.path.join(workdir, stage))
+    cfg = infer_model_config(params_dir, preset)
+    mesh = mesh_lib.make_mesh((1, -1, 1))
+    rules = rules_lib.get_rules("decode")
+    shardings = state_lib.param_shardings(cfg, mesh, rules)
+    shapes = nn.meta.unbox(
+        jax.eval_shape(lambda r: transformer.init_params(cfg, r), jax.random.key(0))
+    )
+    abstract = jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings
+    )
+    return checkpointing.load_params(params_dir, abstract), cfg, mesh, rules, stage
+
+
+def method_from(temperature: float, top_p: float, top_k: int) -> sampling.Method:
+    if temperature == 0:
+        return sampling.Greedy()
+    try:
+        return sampling.Sample(temperature=temperature, top_k=top_k, top_p=top_p)
+    except ValueError as e:
+        raise UsageError(f"--temperature/--top_p/--top_k: {e}") from None
+
+
+def read_records(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        raise UsageError(f"--input={path} does not exist")
+    with open(path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    for i, r in enumerate(records):
+        if "prompt" not in r and "messages" not in r:
+            raise UsageError(f"--input={path}: line {i + 1} has neither 'prompt' nor 'messages'")
+    return records
+
+
+def _messages(record: dict) -> list[dict]:
+    return record.get("messages") or [{"role": "user", "content": record["prompt"]}]
+
+
+def complete(
+    params,
+    cfg,
+    tok,
+    records: Sequence[dict],
+    mode: modes_lib.Mode,
+    *,
+    method,
+    max_new_tokens,
+    batch_size,
+    seed,
+    mesh,
+    rules,
+) -> list[dict]:
+    """Each record plus its completion fields, sampled in chunks of `batch_size`."""
+    out = []
+    for start in range(0, len(records), batch_size):
+        chunk = records[start : start + batch_size]
+        prompts = [mode.prompt(tok, _messages(r)) for r in chunk]
+        rollout = sampler.generate(
+            params,
+            cfg,
+            prompts,
+            method=method,
+            max_new_tokens=max_new_tokens,
+            rng=jax.random.fold_in(jax.random.key(seed), start),
+            pad_id=tok.pad_id,
+            mesh=mesh,
+            rules=rules,
+            **modes_lib.sampler_kwargs([mode] * len(chunk)),
+        )
+        for j, record in enumerate(chunk):
+            n = int(rollout.lengths[j])
+            parsed = mode.parser(rollout.completion_tokens[j, :n])
+            out.append(
+                {
+                    **record,
+                    "completion": parsed["completion"],
+                    "thinking": parsed["thinking"],
+                    "answer": parsed["answer"],
+                    "num_tokens": n,
+                    "truncated": bool(rollout.truncated[j]),
+                }
+            )
+    return out
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m nemocascade.generate", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--workdir", required=True, help="Run directory holding <stage>/export.")
+    p.add_argument("--stage", default=None, help="Stage to load (default: last finished).")
+    p.add_argument("--preset", default=None, help="Model preset (default: from the checkpoint).")
+    p.add_argument("--mode", choices=modes_lib.NAMES, default="thinking")
+    p.add_argument("--template_style", choices=chat_template.STYLES, default="c1")
+    p.add_argument("--prompt", default=None, help="One prompt; the completion goes to stdout.")
+    p.add_argument("--input", default=None, help="JSONL of {'prompt'|'messages': ...}.")
+    p.add_argument("--output", default=None, help="JSONL written with completions.")
+    p.add_argument("--temperature", type=float, default=0.6, help="0 = greedy.")
+    p.add_argument("--top_p", type=float, default=0.95)
+    p.add_argument("--top_k", type=int, default=20, help="0 = no top-k truncation.")
+    p.add_argument("--max_new_tokens", type=int, default=256)
+    p.add_argument(
+        "--thinking_budget",
+        type=int,
+        default=None,
+        help="Thinking tokens before </think> is forced.",
+    )
+    p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Everything `main` does, importable; returns the output records."""
+    if (args.prompt is None) == (args.input is None):
+        raise UsageError("pass exactly one of --prompt and --input")
+    if args.input is not None and args.output is None:
+        raise UsageError("--input needs --output")
+    if args.max_new_tokens <= 0 or args.batch_size <= 0:
+        raise UsageError("--max_new_tokens and --batch_size must be > 0")
+    if args.thinking_budget is not None and args.thinking_budget < 0:
+        raise UsageError(f"--thinking_budget must be >= 0, got {args.thinking_budget}")
+    method = method_from(args.temperature, args.top_p, args.top_k)
+    records = [{"prompt": args.prompt}] if args.prompt is not None else read_records(args.input)
+    params, cfg, mesh, rules, _ = load(args.workdir, args.stage, args.preset)
+    tok = tokenizer_lib.Tokenizer.load()
+    template = chat_template.Template(style=args.template_style)
+    mode = modes_lib.get(args.mode, tok, template, args.thinking_budget)
+    longest = max(len(mode.prompt(tok, _messages(r))) for r in records)
+    if longest + args.max_new_tokens > cfg.max_seq_len:
+        raise UsageError(
+            f"--max_new_tokens={args.max_new_tokens} + longest prompt ({longest} tokens) "
+            f"exceeds the model's max_seq_len={cfg.max_seq_len}"
+        )
+    out = complete(
+        params,
+        cfg,
+        tok,
+        records,
+        mode,
+        method=method,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        mesh=mesh,
+        rules=rules,
+    )
+    if args.output is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w") as f:
+            for record in out:
+                f.write(json.dumps(record) + "\n")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        out = run(args)
+    except UsageError as e:
+        sys.exit(f"generate: {e}")
+    if args.prompt is not None:
+        print(out[0]["completion"])
+    else:
+        print(f"wrote {len(out)} completions to {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
