@@ -10,6 +10,8 @@ valid) so edge blocks and vocabulary padding are always exercised.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +27,7 @@ BLOCKS = {
     "pallas_gpu": dict(token_block=16, vocab_block=64, interpret=True),
 }
 FUSED = tuple(BLOCKS)
+IMPLS = ("reference", *FUSED)
 
 
 def _inputs(dtype=jnp.float32, n=N, d=D, v=V, valid=VALID, scale=0.3):
@@ -48,6 +51,17 @@ def _value_and_grads(hidden, w, targets, g_logp, g_ent, **kwargs):
     return values, grads
 
 
+@functools.cache
+def _reference(dtype=jnp.float32, valid_vocab=VALID, temperature=0.7):
+    """Reference values and gradients on `_inputs(dtype)` (computed once per case)."""
+    return _value_and_grads(
+        *_inputs(dtype),
+        implementation="reference",
+        valid_vocab=valid_vocab,
+        temperature=temperature,
+    )
+
+
 def _assert_close(actual, expected, atol):
     for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
         assert a.shape == e.shape and a.dtype == e.dtype
@@ -59,7 +73,7 @@ def _assert_close(actual, expected, atol):
 def test_values_and_grads_match_reference(implementation, valid_vocab, temperature):
     hidden, w, targets, g_logp, g_ent = _inputs()
     kw = dict(temperature=temperature, valid_vocab=valid_vocab)
-    expected = _value_and_grads(hidden, w, targets, g_logp, g_ent, implementation="reference", **kw)
+    expected = _reference(jnp.float32, valid_vocab, temperature)
     actual = _value_and_grads(
         hidden,
         w,
@@ -82,7 +96,7 @@ def test_values_and_grads_match_reference(implementation, valid_vocab, temperatu
 def test_bf16_inputs(implementation):
     hidden, w, targets, g_logp, g_ent = _inputs(jnp.bfloat16)
     kw = dict(temperature=0.7, valid_vocab=VALID)
-    expected = _value_and_grads(hidden, w, targets, g_logp, g_ent, implementation="reference", **kw)
+    expected = _reference(jnp.bfloat16)
     actual = _value_and_grads(
         hidden,
         w,
@@ -108,20 +122,15 @@ def test_masked_tokens_get_zero_gradient():
         logp, ent = api.token_logprobs(hidden, w, targets, valid_vocab=VALID, **kwargs)
         return jnp.sum(mask * (logp - 0.1 * ent))
 
-    dh, dw = jax.grad(loss, argnums=(0, 1))(
-        hidden,
-        w,
-        targets,
-        keep.astype(np.float32),
-        implementation=implementation,
-        **BLOCKS[implementation],
+    fused_loss = functools.partial(loss, implementation=implementation, **BLOCKS[implementation])
+    dh, dw = jax.jit(jax.grad(fused_loss, argnums=(0, 1)))(
+        hidden, w, targets, keep.astype(np.float32)
     )
     assert not np.any(np.asarray(dh)[~keep])
     assert np.all(np.any(np.asarray(dh)[keep] != 0, axis=-1))
     # dw only sees the unmasked tokens: the same as dropping the masked ones.
-    dw_kept = jax.grad(loss, argnums=1)(
-        hidden[keep], w, targets[keep], 1.0, implementation="reference"
-    )
+    ref_loss = functools.partial(loss, implementation="reference")
+    dw_kept = jax.jit(jax.grad(ref_loss, argnums=1))(hidden[keep], w, targets[keep], 1.0)
     _assert_close(dw, dw_kept, atol=5e-5)
 
 
@@ -151,9 +160,11 @@ def _primitive_names(jaxpr) -> set[str]:
 def test_forward_only():
     hidden, w, targets, _, _ = _inputs()
     kw = dict(valid_vocab=VALID, implementation="chunked_xla", **BLOCKS["chunked_xla"])
-    fused = api.token_logprobs(hidden, w, targets, **kw)
-    forward_only = api.token_logprobs(hidden, w, targets, forward_only=True, **kw)
-    _assert_close(forward_only, fused, atol=0.0)
+    fused = jax.jit(lambda h: api.token_logprobs(h, w, targets, **kw))(hidden)
+    forward_only = jax.jit(lambda h: api.token_logprobs(h, w, targets, forward_only=True, **kw))(
+        hidden
+    )
+    _assert_close(forward_only, fused, atol=1e-6)
     # No custom VJP (so no residuals) and no gradient.
     jaxpr = jax.make_jaxpr(lambda h: api.token_logprobs(h, w, targets, forward_only=True, **kw))
     assert not any("custom_vjp" in name for name in _primitive_names(jaxpr(hidden).jaxpr))
@@ -166,11 +177,11 @@ def test_forward_only():
     grad = jax.grad(
         lambda h: jnp.sum(api.token_logprobs(h, w, targets, forward_only=True, **kw)[0])
     )
-    assert not np.any(np.asarray(grad(hidden)))
+    assert not np.any(np.asarray(jax.jit(grad)(hidden)))
     grad = jax.grad(
         lambda h: jnp.sum(jax.lax.stop_gradient(api.token_logprobs(h, w, targets, **kw)[0]))
     )
-    assert not np.any(np.asarray(grad(hidden)))
+    assert not np.any(np.asarray(jax.jit(grad)(hidden)))
 
 
 def test_chunked_never_holds_token_by_vocab_arrays():
@@ -257,18 +268,25 @@ def test_dispatch_and_validation():
     with pytest.raises(ValueError, match="block_vocab"):
         api.token_logprobs(hidden, w, targets, implementation="pallas_tpu", vocab_block=100)
     # Defaults of every implementation agree on a shape that is one block for all.
-    ref = api.token_logprobs(hidden, w, targets, implementation="reference")
+    everything = jax.jit(
+        lambda h, w, y: {i: api.token_logprobs(h, w, y, implementation=i) for i in IMPLS}
+    )(hidden, w, targets)
     for implementation in FUSED:
-        _assert_close(
-            api.token_logprobs(hidden, w, targets, implementation=implementation), ref, atol=2e-5
-        )
+        _assert_close(everything[implementation], everything["reference"], atol=2e-5)
 
 
 def test_chunk_sizes_do_not_change_results():
     hidden, w, targets, _, _ = _inputs()
-    a = chunked_xla.partial_stats(hidden, w, targets, VALID, token_block=7, vocab_block=33)
-    b = chunked_xla.partial_stats(hidden, w, targets, VALID, token_block=64, vocab_block=1024)
-    _assert_close(online_softmax.finalize(a), online_softmax.finalize(b), atol=1e-5)
+    stats = jax.jit(
+        lambda h, w, y: [
+            online_softmax.finalize(chunked_xla.partial_stats(h, w, y, VALID, **blocks))
+            for blocks in (
+                dict(token_block=7, vocab_block=33),
+                dict(token_block=64, vocab_block=1024),
+            )
+        ]
+    )(hidden, w, targets)
+    _assert_close(stats[0], stats[1], atol=1e-5)
 
 
 def test_pallas_gpu_several_vocab_splits():
