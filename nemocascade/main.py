@@ -36,6 +36,9 @@ def _maybe_initialize_distributed():
     if auto is None:
         auto = "SLURM_JOB_ID" in os.environ or "TPU_WORKER_HOSTNAMES" in os.environ
     if explicit:
+        if os.environ.get("JAX_PLATFORMS", "cpu") == "cpu":
+            # CPU processes exchange collectives over gloo (local multi-process runs).
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(
             coordinator_address=_COORDINATOR.value,
             num_processes=_NUM_PROCESSES.value,

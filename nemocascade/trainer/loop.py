@@ -31,6 +31,7 @@ class LoopSpec:
     eval_every: int
     checkpoint_every: int
     flops_per_token: float
+    tokens_per_step: int  # tokens the step computes on (padding included)
     progress: bool = True
 
 
@@ -50,6 +51,7 @@ def run(
     bar = metrics_lib.Progress(spec.total_steps, start, spec.stage, spec.progress)
     meter = metrics_lib.Throughput(spec.flops_per_token)
     pending: tuple[int, dict] | None = None
+    rate: dict[str, str] = {}
     last_saved = start
 
     def finish(step: int, m: dict):
@@ -60,11 +62,12 @@ def run(
                     f"[{spec.stage}] {key} is {host[key]} at step {step}; stopping. "
                     f"Last good checkpoint: step {manager.latest_step()} in {manager.directory}"
                 )
-        meter.add(host.get("tokens", 0.0))
-        bar.update(1, loss=host.get("loss", float("nan")))
+        meter.add(spec.tokens_per_step)
         if step % spec.log_every == 0 or step == spec.total_steps:
             host.update(meter.measure())
             writer.write(step, host)
+            rate["tok/s"] = f"{host['tokens_per_s']:.0f}"
+        bar.update(1, loss=host.get("loss", float("nan")), **rate)
 
     for step in range(start + 1, spec.total_steps + 1):
         batch = next(batches)

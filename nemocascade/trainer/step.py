@@ -91,7 +91,7 @@ def make_train_step(
             loss=loss,
             grad_norm=optax.tree.norm(grads),
             param_norm=optax.tree.norm(params),
-            tokens=den,
+            loss_tokens=den,
         )
         new_state = state_lib.TrainState(step=state.step + 1, params=params, opt_state=opt_state)
         return new_state, out

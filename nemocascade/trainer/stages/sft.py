@@ -118,6 +118,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         eval_every=cfg.train.eval_every,
         checkpoint_every=cfg.train.checkpoint_every,
         flops_per_token=cfg.model.flops_per_token(cfg.train.seq_len),
+        tokens_per_step=cfg.train.batch_size * cfg.train.seq_len,
         progress=cfg.train.progress,
     )
     if int(jax.device_get(state.step)) == 0:
