@@ -1,0 +1,1 @@
+"""Tests of nemocascade.rollout and the generate CLI."""
