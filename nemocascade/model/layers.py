@@ -96,7 +96,7 @@ class Attention(nn.Module):
     cfg: presets.ModelConfig
 
     @nn.compact
-    def __call__(self, x_btd, positions_bt, q_slot_bt, q_seg_bt, layer_cache=None):
+    def __call__(self, x_btd, positions_bt, q_slot_bt, q_seg_bt, cache=None, layer=0):
         cfg = self.cfg
         n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         d = cfg.d_model
@@ -120,25 +120,35 @@ class Attention(nn.Module):
         k_btkh = constrain(rope(k_btkh, positions_bt, cfg.rope_theta), _ACT_KV)
         v_btkh = constrain(v_btkh, _ACT_KV)
 
-        if layer_cache is None:
+        if not cache:
             k_bskh, v_bskh, k_slot_bs, k_seg_bs = k_btkh, v_btkh, q_slot_bt, q_seg_bt
-            new_cache = None
+            new_cache = cache
         else:
-            # Write the new keys/values at their slots; the cache is donated by
-            # the sampler, so this update happens in place.
+            # Write only the new tokens' slots of this layer into the full
+            # [L, B, S, ...] cache; the cache is carried through the layer scan
+            # and donated by the sampler, so the update happens in place.
             start = q_slot_bt[0, 0]
-            k_bskh = jax.lax.dynamic_update_slice_in_dim(
-                layer_cache["k"], k_btkh.astype(layer_cache["k"].dtype), start, axis=1
-            )
-            v_bskh = jax.lax.dynamic_update_slice_in_dim(
-                layer_cache["v"], v_btkh.astype(layer_cache["v"].dtype), start, axis=1
-            )
-            k_seg_bs = jax.lax.dynamic_update_slice_in_dim(
-                layer_cache["seg"], q_seg_bt.astype(layer_cache["seg"].dtype), start, axis=1
-            )
+            zero = jnp.zeros((), jnp.int32)
+            new_cache = {
+                "k": jax.lax.dynamic_update_slice(
+                    cache["k"],
+                    k_btkh.astype(cache["k"].dtype)[None],
+                    (layer, zero, start, zero, zero),
+                ),
+                "v": jax.lax.dynamic_update_slice(
+                    cache["v"],
+                    v_btkh.astype(cache["v"].dtype)[None],
+                    (layer, zero, start, zero, zero),
+                ),
+                "seg": jax.lax.dynamic_update_slice(
+                    cache["seg"], q_seg_bt.astype(cache["seg"].dtype)[None], (layer, zero, start)
+                ),
+            }
+            k_bskh = jax.lax.dynamic_index_in_dim(new_cache["k"], layer, 0, keepdims=False)
+            v_bskh = jax.lax.dynamic_index_in_dim(new_cache["v"], layer, 0, keepdims=False)
+            k_seg_bs = jax.lax.dynamic_index_in_dim(new_cache["seg"], layer, 0, keepdims=False)
             s = k_bskh.shape[1]
             k_slot_bs = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), k_seg_bs.shape)
-            new_cache = {"k": k_bskh, "v": v_bskh, "seg": k_seg_bs}
 
         b, t = q_btnh.shape[:2]
         q_btkgh = q_btnh.reshape(b, t, k, n // k, h)

@@ -32,15 +32,16 @@ class Block(nn.Module):
     cfg: presets.ModelConfig
 
     @nn.compact
-    def __call__(self, x_btd, layer_cache, positions_bt, q_slot_bt, q_seg_bt):
+    def __call__(self, carry, layer, positions_bt, q_slot_bt, q_seg_bt):
+        x_btd, cache = carry
         cfg = self.cfg
         norm = functools.partial(layers.RMSNorm, cfg.rms_eps, cfg.dtype, cfg.param_dtype)
-        h, new_cache = layers.Attention(cfg, name="attn")(
-            norm(name="attn_norm")(x_btd), positions_bt, q_slot_bt, q_seg_bt, layer_cache
+        h, cache = layers.Attention(cfg, name="attn")(
+            norm(name="attn_norm")(x_btd), positions_bt, q_slot_bt, q_seg_bt, cache, layer
         )
         x_btd = layers.constrain(x_btd + h, _ACT)
         x_btd = x_btd + layers.MLP(cfg, name="mlp")(norm(name="mlp_norm")(x_btd))
-        return layers.constrain(x_btd, _ACT), new_cache
+        return (layers.constrain(x_btd, _ACT), cache), None
 
 
 class Transformer(nn.Module):
@@ -87,6 +88,9 @@ class Transformer(nn.Module):
                 Block, policy=_REMAT[cfg.remat_policy], prevent_cse=not cfg.scan_layers
             )
         args = (positions_bt, q_slot_bt, segment_ids_bt)
+        # The whole [L, ...] cache rides in the carry: each layer writes only
+        # its new slots, so a decode step never copies the cache.
+        carry = (x_btd, {} if cache is None else cache)
         if cfg.scan_layers:
             stack = nn.scan(
                 block,
@@ -96,16 +100,12 @@ class Transformer(nn.Module):
                 length=cfg.num_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )(cfg, name="layers")
-            x_btd, new_cache = stack(x_btd, cache, *args)
+            carry, _ = stack(carry, jnp.arange(cfg.num_layers, dtype=jnp.int32), *args)
         else:
-            new_layers = []
             for i in range(cfg.num_layers):
-                layer_cache = None if cache is None else jax.tree.map(lambda c, i=i: c[i], cache)
-                x_btd, c = block(cfg, name=f"layer_{i}")(x_btd, layer_cache, *args)
-                new_layers.append(c)
-            new_cache = (
-                None if cache is None else jax.tree.map(lambda *c: jnp.stack(c), *new_layers)
-            )
+                carry, _ = block(cfg, name=f"layer_{i}")(carry, jnp.int32(i), *args)
+        x_btd, new_cache = carry
+        new_cache = new_cache or None
         hidden = layers.RMSNorm(cfg.rms_eps, cfg.dtype, cfg.param_dtype, name="final_norm")(x_btd)
         if not cfg.tie_embeddings:
             # Declared here so the parameter exists; applied by the fused kernel.
