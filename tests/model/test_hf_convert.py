@@ -146,7 +146,7 @@ def _hf_model(hf, variant: str):
         SHAPE,
         head_dim=16,
         tie_word_embeddings=tie == "tied",
-        rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
+        rope_theta=5000.0,  # transformers 5 turns it into rope_parameters
     )
     if family == "qwen3":
         return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**kwargs)).eval()
