@@ -28,6 +28,12 @@ setuptools.setup(
         "tokenizers>=0.20",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6"],
+        "test": [
+            "pytest>=8",
+            "pytest-xdist>=3.5",
+            "ruff>=0.6",
+            "torch>=2.4",
+            "transformers>=4.51",
+        ],
     },
 )
