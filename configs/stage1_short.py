@@ -19,8 +19,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = common.rl_base("stage1_short", size)
     c.rl.update(domains=("if",), mode="instruct", dynamic_filter="batch", overlong="zero_reward")
     if size in ("tiny", "small"):
-        c.rl.update(max_new_tokens=64, temperature=1.0, prompts_per_step=8, group_size=8)
-        c.train.update(steps=30)
+        c.rl.update(max_new_tokens=64)
     else:
         c.rl.update(max_new_tokens=8192, temperature=0.6, top_p=0.95, top_k=20)
         c.train.update(steps=2300, seq_len=8192 + 2048)

@@ -27,13 +27,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         resample_hard=0.1,
     )
     if size in ("tiny", "small"):
+        # A small prompt pool so epoch-level filtering acts within the run:
+        # after the first pass, solved/unsolved prompts are mostly skipped.
         c.rl.update(
+            num_prompts=128,
             curriculum=[
-                {"steps": 15, "max_new_tokens": 128, "temperature": 1.0},
-                {"steps": 15, "max_new_tokens": 160, "temperature": 0.8},
-            ]
+                {"steps": 15, "max_new_tokens": 128, "temperature": 0.6},
+                {"steps": 15, "max_new_tokens": 160, "temperature": 0.6},
+            ],
         )
-        c.train.update(steps=30)
     else:
         c.rl.update(
             curriculum=[

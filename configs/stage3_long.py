@@ -19,8 +19,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = common.rl_base("stage3_long", size)
     c.rl.update(domains=("code",), mode="thinking", overlong="none", dynamic_filter="batch")
     if size in ("tiny", "small"):
-        c.rl.update(max_new_tokens=160, temperature=1.0)
-        c.train.update(steps=30)
+        c.rl.update(max_new_tokens=128, num_prompts=256)
     else:
         c.rl.update(max_new_tokens=49_152, temperature=1.0, top_p=0.95)
         c.optim.update(lr=4e-6)

@@ -1,0 +1,62 @@
+"""Reward model: Bradley–Terry on preference pairs, backbone initialized from SFT.
+
+    python -m nemocascade.main --config=configs/rm.py:tiny --workdir=/tmp/nc \
+        --config.init.init_from=/tmp/nc/sft
+
+`:tiny` on 2 CPU cores: about 2 minutes; the built-in chat pairs (gold-rubric
+labels, 10% flipped) are seen once; held-out `pairwise_accuracy` (against the
+gold preference) reaches at least 0.85, `pairwise_accuracy_noisy` about 0.1
+lower, in `DIR/rm/metrics.jsonl`. Params go to `DIR/rm/export`, which RLHF
+reads (`config.rl.rm_from`).
+Paper (C1 §4.2): a linear head on the last token's hidden state, batch 256,
+lr 2e-6, AdamW, one epoch (longer was worse) over 82K pairs (HelpSteer2/3 and
+synthetic hard negatives): `:8b`/`:14b` with `--config.data.jsonl=PAIRS.jsonl
+--config.rm.eval_jsonl=HELD_OUT.jsonl` (`{"prompt", "chosen", "rejected"}`).
+Here the RM has the policy's shape (the paper's is a 72B model).
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    size = common.parse_arg(arg)
+    c = common.base("rm", size)
+    # steps = 0: `rm.epochs` passes over the pairs (pairs / batch steps).
+    c.rm = ml_collections.ConfigDict(dict(noise=0.1, margin=0.0, epochs=1.0, eval_jsonl=""))
+    if size in ("tiny", "small"):
+        c.optim.update(
+            lr=1e-3,
+            warmup_steps=10,
+            schedule="cosine",
+            min_lr_ratio=0.1,
+            weight_decay=0.0,
+            grad_clip=1.0,
+        )
+        c.train.update(
+            steps=0, batch_size=32, seq_len=160, log_every=10, eval_every=50, checkpoint_every=50
+        )
+        c.data.update(num_examples=3200, eval_examples=256)
+    else:
+        c.optim.update(
+            lr=2e-6,
+            warmup_steps=10,
+            schedule="cosine",
+            min_lr_ratio=0.0,
+            b1=0.9,
+            b2=0.95,
+            weight_decay=0.0,
+            grad_clip=1.0,
+        )
+        c.train.update(
+            steps=0,
+            batch_size=256,
+            seq_len=8192,
+            num_microbatches=16,
+            log_every=10,
+            eval_every=100,
+            checkpoint_every=100,
+        )
+        c.data.update(num_examples=82_000, eval_examples=2048)
+    return c
