@@ -1,1 +1,1 @@
-"""kernels."""
+"""Accelerator kernels, one folder per op (api, reference, chunked XLA, Pallas TPU/GPU)."""

@@ -1,1 +1,1 @@
-"""evaluation."""
+"""Evaluation: the domain × mode matrix and the cascade report."""

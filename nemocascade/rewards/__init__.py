@@ -1,1 +1,1 @@
-"""rewards."""
+"""Rewards: verifiers behind one signature, the verifier pool and the code sandbox."""

@@ -1,1 +1,1 @@
-"""tasks."""
+"""The built-in synthetic task world: math, code, instruction following and chat."""
