@@ -39,6 +39,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from nemocascade.model import presets, transformer
 from nemocascade.rollout import sampling
@@ -240,6 +241,21 @@ def _allocate_cache(model_cfg, batch: int, length: int, mesh, rules):
     return {k: jnp.zeros(a.shape, a.dtype, device=shardings[k]) for k, a in abstract.items()}
 
 
+def _process_max(values: np.ndarray) -> np.ndarray:
+    """Elementwise max of a small host array over all processes."""
+    return np.asarray(multihost_utils.process_allgather(values)).max(axis=0)
+
+
+def _local_data_parallel(dp: int) -> int:
+    """Batch shards per process: the local batch of every process is a multiple of it."""
+    if dp % jax.process_count():
+        raise ValueError(
+            f"the sampler's data-parallel size data*fsdp = {dp} must be a multiple of the "
+            f"{jax.process_count()} processes (each feeds its own prompts)"
+        )
+    return dp // jax.process_count()
+
+
 def _per_row(value: int | None | Sequence[int | None], n: int, name: str) -> np.ndarray:
     values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value] * n
     if len(values) != n:
@@ -305,11 +321,15 @@ def generate(
     ids["stop"][: len(stop_ids)] = stop_ids
     ids["close"][: len(think_close_ids)] = think_close_ids
 
-    dp = 1
+    dp, longest, rows = 1, int(lengths.max()), n
     if mesh is not None:
         rules = rules or rules_lib.get_rules("decode")
         dp = mesh.shape["data"] * mesh.shape["fsdp"]
-    p, b = prompt_bucket(int(lengths.max())), batch_bucket(n, dp)
+    if mesh is not None and jax.process_count() > 1:
+        # Each process holds its own prompts: agree on one (P, local batch) shape.
+        longest, rows = (int(v) for v in _process_max(np.asarray([longest, n], np.int32)))
+        dp = _local_data_parallel(dp)
+    p, b = prompt_bucket(longest), batch_bucket(rows, dp)
     prompt_bp = np.full((b, p), pad_id, np.int32)
     for i, q in enumerate(prompts):
         prompt_bp[i, p - len(q) :] = q
@@ -334,10 +354,16 @@ def generate(
         out, _ = _decode_jit(params, cache, *host, ids, rng, static=static)
     else:
         with jax.set_mesh(mesh):
-            cache = _allocate_cache(model_cfg, b, p + max_new_tokens, mesh, rules)
+            global_b = b * jax.process_count()
+            cache = _allocate_cache(model_cfg, global_b, p + max_new_tokens, mesh, rules)
             placed = rules_lib.put_batch(dict(zip(_HOST_ARGS, host, strict=True)), mesh, rules)
             host = tuple(placed[k] for k in _HOST_ARGS)
             out, _ = _decode_jit(params, cache, *host, ids, rng, static=static)
+            if jax.process_count() > 1:  # this process's rows, in its input order
+                specs = jax.tree.map(
+                    lambda x: rules_lib.batch_sharding(mesh, rules, x.ndim).spec, out
+                )
+                out = multihost_utils.global_array_to_host_local_array(out, mesh, specs)
     out = jax.device_get(out)
     mask = out["completion_mask"][:n]
     return Rollout(
