@@ -290,7 +290,9 @@ def generate(
     `think_end_id` (the `</think>` id that closes the block naturally). With a
     `mesh`, params must already live on it; the batch is sharded over the
     data-parallel axes and the cache by `transformer.CACHE_LOGICAL_AXES` under
-    `rules` (default: the "decode" preset).
+    `rules` (default: the "decode" preset). On a multi-process mesh every
+    process passes its own prompts and gets its own rows back; the processes
+    agree on one prompt bucket and local batch bucket first.
     """
     n = len(prompts)
     if n == 0 or any(len(q) == 0 for q in prompts):
