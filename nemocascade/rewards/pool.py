@@ -26,7 +26,12 @@ def _score_one(name, prompt, completion, example) -> base.RewardResult:
         return base.RewardResult(0.0, {"error": f"verifier raised {type(exc).__name__}: {exc}"})
 
 
+_READY = "ready"
+_STARTUP_TIMEOUT_S = 120.0
+
+
 def _worker_loop(conn) -> None:
+    conn.send(_READY)  # imports are done: per-item deadlines may start
     while (item := conn.recv()) is not None:
         index, args = item
         result = _score_one(*args)
@@ -39,6 +44,11 @@ class _Worker:
         self.process = ctx.Process(target=_worker_loop, args=(child,), daemon=True)
         self.process.start()
         child.close()
+        # A spawned worker first imports the verifiers (seconds on a loaded
+        # machine); wait for it so that time is never charged to an item's timeout.
+        if not self.conn.poll(_STARTUP_TIMEOUT_S) or self.conn.recv() != _READY:
+            self.kill()
+            raise RuntimeError(f"verifier worker did not start within {_STARTUP_TIMEOUT_S:.0f} s")
         self.item: int | None = None
         self.deadline = 0.0
 

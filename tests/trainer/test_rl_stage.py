@@ -1,4 +1,12 @@
-"""Two RL steps of every stage config at toy size: metrics finite, params changed."""
+"""Two RL steps of every stage config at toy size: metrics finite, params changed.
+
+An untrained toy model rarely earns a verifiable reward, so all advantages can
+be zero; a small entropy bonus keeps the update non-zero (dynamic and overlong
+filtering are off here: they would drop such groups and the always-truncated
+toy responses; both are unit-tested in test_rl_batch.py) so the test checks
+that the whole step (rollout → reward → loss → optimizer) runs and moves the
+params.
+"""
 
 import math
 
@@ -19,7 +27,16 @@ def toy_rl_config(name: str) -> config_lib.Config:
     cd = module.get_config("tiny")
     cd.model.update(TOY_MODEL)
     cd.train.update(steps=2, batch_size=8, log_every=1, checkpoint_every=100, progress=False)
-    cd.rl.update(prompts_per_step=2, group_size=4, eval_num=2, num_prompts=16, verifier_workers=0)
+    cd.rl.update(
+        prompts_per_step=2,
+        group_size=4,
+        eval_num=2,
+        num_prompts=16,
+        verifier_workers=0,
+        entropy_coef=0.01,
+        dynamic_filter="none",
+        overlong="none",
+    )
     if cd.rl.curriculum:
         cd.rl.curriculum = [
             {"steps": 1, "max_new_tokens": 16, "temperature": 1.0},
@@ -40,7 +57,7 @@ def test_two_rl_steps(tmp_path, name):
     for r in steps:
         for key in ("loss", "grad_norm", "entropy", "reward_mean", "response_len_mean"):
             assert math.isfinite(r[key]), (key, r)
-        assert r["grad_norm"] > 0 or r["seqs_in_loss"] == 0
+        assert r["grad_norm"] > 0
     assert checkpointing.is_done(str(tmp_path / name))
     abstract = jax.eval_shape(
         lambda: nn.meta.unbox(transformer.init_params(cfg.model, jax.random.key(0)))
