@@ -47,7 +47,8 @@ def train_step_flops(preset: str, batch: int, seq_len: int, impl: str, repeats: 
     model = presets.get_preset(preset)
     cfg = config_lib.Config(stage="sft", model=model)
     cfg = dataclasses.replace(
-        cfg, train=dataclasses.replace(cfg.train, batch_size=batch, seq_len=seq_len, logprob_impl=impl)
+        cfg,
+        train=dataclasses.replace(cfg.train, batch_size=batch, seq_len=seq_len, logprob_impl=impl),
     )
     mesh = mesh_lib.make_mesh((1, -1, 1))
     rules = rules_lib.get_rules("fsdp")
@@ -55,7 +56,11 @@ def train_step_flops(preset: str, batch: int, seq_len: int, impl: str, repeats: 
     _, shardings = state_lib.abstract_state(model, tx, mesh, rules)
     state = state_lib.create(model, tx, mesh, rules, jax.random.key(0))
     step = step_lib.make_train_step(
-        sft.make_loss_fn(cfg), tx, num_microbatches=1, mesh=mesh, rules=rules,
+        sft.make_loss_fn(cfg),
+        tx,
+        num_microbatches=1,
+        mesh=mesh,
+        rules=rules,
         state_shardings=shardings,
     )
     rng = np.random.default_rng(0)
@@ -88,19 +93,30 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
     peak = peak_matmul_flops(repeats=args.repeats)
-    tps, flops, nparams = train_step_flops(args.preset, args.batch, args.seq_len, args.impl, args.repeats)
+    tps, flops, nparams = train_step_flops(
+        args.preset, args.batch, args.seq_len, args.impl, args.repeats
+    )
     peak_after = peak_matmul_flops(repeats=args.repeats)  # bracket the step: the machine is shared
     peak = max(peak, peak_after)
-    print(f"measured peak matmul      : {peak / 1e9:8.1f} GFLOP/s (f32, 2048^3, best of {args.repeats})")
+    print(
+        f"measured peak matmul      : {peak / 1e9:8.1f} GFLOP/s "
+        f"(f32, 2048^3, best of {args.repeats})"
+    )
     print(f"{args.preset} train step ({nparams / 1e6:.1f}M params, {args.batch}x{args.seq_len}):")
     print(f"  tokens/s                : {tps:8.0f}")
     print(f"  model FLOP/s            : {flops / 1e9:8.1f} GFLOP/s")
     print(f"  MFU vs measured peak    : {flops / peak:8.3f}")
-    print(json.dumps({
-        "preset": args.preset, "tokens_per_s": round(tps, 1),
-        "model_flops_per_s": round(flops, 1), "peak_matmul_flops_per_s": round(peak, 1),
-        "mfu_vs_measured_peak": round(flops / peak, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "tokens_per_s": round(tps, 1),
+                "model_flops_per_s": round(flops, 1),
+                "peak_matmul_flops_per_s": round(peak, 1),
+                "mfu_vs_measured_peak": round(flops / peak, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

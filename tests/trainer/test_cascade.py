@@ -1,0 +1,107 @@
+"""A toy cascade (2 steps per stage) end to end: interrupted between and inside stages, resumed."""
+
+import json
+import os
+
+import pytest
+
+from configs import cascade as cascade_config
+from nemocascade import checkpointing, config as config_lib
+from nemocascade.trainer import cascade
+from nemocascade.trainer.stages import rl
+
+STAGES = cascade.ORDERS["c1"]
+TOY = {
+    "model.d_model": 32,
+    "model.num_layers": 1,
+    "model.num_heads": 2,
+    "model.num_kv_heads": 1,
+    "model.head_dim": 16,
+    "model.d_ff": 64,
+    "train.steps": 2,
+    "train.batch_size": 8,
+    "train.seq_len": 128,
+    "train.log_every": 1,
+    "train.checkpoint_every": 1,
+    "train.eval_every": 100,
+    "train.progress": False,
+    "eval.num_per_domain": 1,
+    "eval.max_new_tokens": 8,
+    "eval.thinking_budget": 4,
+    "eval.batch_size": 8,
+}
+RL_TOY = {
+    "rl.prompts_per_step": 2,
+    "rl.group_size": 4,
+    "rl.eval_num": 1,
+    "rl.num_prompts": 8,
+    "rl.max_new_tokens": 8,
+    "rl.verifier_workers": 0,
+    "rl.curriculum": [],
+}
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _overrides() -> str:
+    items = []
+    for stage in STAGES:
+        extra = dict(TOY)
+        if stage == "sft":
+            extra.update({"data.num_examples": 8, "data.eval_examples": 2})
+        elif stage == "rm":
+            extra.update({"data.num_examples": 16, "data.eval_examples": 8})
+        else:
+            extra.update(RL_TOY)
+        items += [f"{stage}.{k}={v!r}" for k, v in extra.items()]
+    return ";".join(items)
+
+
+def _cfg():
+    cd = cascade_config.get_config("tiny")
+    cd.cascade.set = _overrides()
+    return config_lib.from_config_dict(cd)
+
+
+def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
+    workdir = str(tmp_path)
+    cfg = _cfg()
+
+    # 1) Interrupted between stages: only SFT and RM run.
+    first = dict(cfg.extra["cascade"], stages="sft,rm")
+    cascade.run(config_lib.Config(**{**cfg.__dict__, "extra": {"cascade": first}}), workdir)
+    assert checkpointing.is_done(os.path.join(workdir, "rm"))
+    assert not os.path.exists(os.path.join(workdir, "rlhf"))
+
+    # 2) Interrupted inside a stage: math RL dies at its second step.
+    real = rl.engine.sample_groups
+    calls = {"n": 0}
+
+    def dying(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 1 and os.path.exists(os.path.join(workdir, "stage2_medium", "checkpoints")):
+            raise Interrupted()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rl.engine, "sample_groups", dying)
+    with pytest.raises(Interrupted):
+        cascade.run(cfg, workdir)
+    assert checkpointing.is_done(os.path.join(workdir, "stage1_short"))
+    assert not checkpointing.is_done(os.path.join(workdir, "stage2_medium"))
+
+    # 3) The same command again finishes the chain.
+    monkeypatch.setattr(rl.engine, "sample_groups", real)
+    cascade.run(cfg, workdir)
+    for stage in STAGES:
+        assert checkpointing.is_done(os.path.join(workdir, stage)), stage
+    with open(os.path.join(workdir, "report.md")) as f:
+        report = f.read()
+    for stage in STAGES:
+        if stage != "rm":
+            assert f"| {stage} |" in report, stage
+    with open(os.path.join(workdir, "stage3_long", "eval_matrix.json")) as f:
+        matrix = json.load(f)
+    assert matrix["stage"] == "stage3_long"
+    assert "math/thinking/pass@1" in matrix["metrics"]
