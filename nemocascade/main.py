@@ -14,10 +14,10 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-_DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "sft.py")
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "cascade.py")
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", f"{_DEFAULT_CONFIG}:tiny", "Config file, e.g. configs/sft.py:tiny.", lock_config=False
+    "config", f"{_DEFAULT_CONFIG}:tiny", "Config file, e.g. configs/sft.py:tiny.", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/nemocascade", "Output directory of the run.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
