@@ -24,8 +24,7 @@ from collections.abc import Iterable
 
 import sentencepiece as spm
 
-from nemocascade.data import chat_template
-from nemocascade.data import tokenizer as tokenizer_lib
+from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.tasks import base, registry
 
 VOCAB_SIZE = 1024

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from nemocascade.data import chat_template, packing
-from nemocascade.data import tokenizer as tokenizer_lib
+from nemocascade.data import chat_template, packing, tokenizer as tokenizer_lib
 from nemocascade.tasks import base, registry
 
 # Rendering is cheap; one reader thread keeps the shared CPUs for the model.

@@ -18,8 +18,7 @@ from __future__ import annotations
 import re
 
 from nemocascade.rewards import base, sandbox
-from nemocascade.tasks import base as tasks_base
-from nemocascade.tasks import chat, instruction
+from nemocascade.tasks import base as tasks_base, chat, instruction
 
 CODE_TIMEOUT_S = 2.0
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")

@@ -2,8 +2,7 @@
 
 import importlib.resources
 
-from nemocascade.data import build_tokenizer
-from nemocascade.data import tokenizer as tokenizer_lib
+from nemocascade.data import build_tokenizer, tokenizer as tokenizer_lib
 
 
 def test_build_is_deterministic_and_matches_shipped_asset(tmp_path):

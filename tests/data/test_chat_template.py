@@ -4,8 +4,7 @@ import dataclasses
 
 import pytest
 
-from nemocascade.data import chat_template
-from nemocascade.data import tokenizer as tokenizer_lib
+from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.tasks import base, registry
 
 C1 = chat_template.Template(style="c1")

@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from nemocascade.data import packing, pipelines
-from nemocascade.data import tokenizer as tokenizer_lib
+from nemocascade.data import packing, pipelines, tokenizer as tokenizer_lib
 
 SEQ_LEN = 256
 

@@ -3,8 +3,7 @@
 import pytest
 
 from nemocascade.rewards import base, registry
-from nemocascade.tasks import base as tasks_base
-from nemocascade.tasks import registry as tasks_registry
+from nemocascade.tasks import base as tasks_base, registry as tasks_registry
 
 MATH = tasks_base.Example("m", "math", 1, "Compute 347 + 58.", "", "\\boxed{405}", {"gold": 405})
 
