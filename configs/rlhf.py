@@ -4,10 +4,12 @@
         --config.init.init_from=/tmp/nc/sft
 
 (the RM is read from `/tmp/nc/rm`, written by `configs/rm.py`; set
-`--config.rl.rm_from=DIR/rm` to use another one). `:tiny`: about 3 minutes on
-2 CPU cores; the RM score of the rollouts rises and the held-out chat gold
-rubric score (`eval/chat/{thinking,instruct}/gold`, never a training signal)
-rises with it in both modes.
+`--config.rl.rm_from=DIR/rm` to use another one). `:tiny` on 2 CPU cores:
+about 2 minutes (20 steps of 8 prompts × 8 rollouts); the RM score of the
+rollouts rises and the held-out chat gold rubric score (never a training
+signal) follows in both modes: `eval/chat/{thinking,instruct}/gold` 0.19 →
+~0.95 from the tiny SFT, whose greedy chat answers mostly run to the length
+cap (truncated 0.9 → 0: the RM scores unfinished thinking on its whole text).
 
 Paper (C1 §4.3, Table 15): the RM scores the answer after `</think>` only; an
 unfinished think block is scored on its whole text (an implicit length

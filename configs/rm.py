@@ -3,11 +3,13 @@
     python -m nemocascade.main --config=configs/rm.py:tiny --workdir=/tmp/nc \
         --config.init.init_from=/tmp/nc/sft
 
-`:tiny` on 2 CPU cores: about 2 minutes; the built-in chat pairs (gold-rubric
-labels, 10% flipped) are seen once; held-out `pairwise_accuracy` (against the
-gold preference) reaches at least 0.85, `pairwise_accuracy_noisy` about 0.1
-lower, in `DIR/rm/metrics.jsonl`. Params go to `DIR/rm/export`, which RLHF
-reads (`config.rl.rm_from`).
+`:tiny` on 2 CPU cores: 12,800 built-in chat pairs (gold-rubric labels, 10%
+flipped), one epoch = 400 steps of 32 pairs, about 10 minutes at ~3.5k
+tokens/s; held-out (512 eval-split pairs) `pairwise_accuracy` against the
+gold preference 0.44 → 0.88, `pairwise_accuracy_noisy` (against the flipped
+labels) 0.80, in `DIR/rm/metrics.jsonl`. Accuracy is set by the pairs seen:
+`--config.data.num_examples=3200` takes ~2.5 minutes and reaches ~0.77.
+Params go to `DIR/rm/export`, which RLHF reads (`config.rl.rm_from`).
 Paper (C1 §4.2): a linear head on the last token's hidden state, batch 256,
 lr 2e-6, AdamW, one epoch (longer was worse) over 82K pairs (HelpSteer2/3 and
 synthetic hard negatives): `:8b`/`:14b` with `--config.data.jsonl=PAIRS.jsonl
@@ -24,10 +26,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     size = common.parse_arg(arg)
     c = common.base("rm", size)
     # steps = 0: `rm.epochs` passes over the pairs (pairs / batch steps).
-    c.rm = ml_collections.ConfigDict(dict(noise=0.1, margin=0.0, epochs=1.0, eval_jsonl=""))
+    c.rm = ml_collections.ConfigDict(
+        dict(noise=0.1, margin=0.0, epochs=1.0, eval_jsonl="", rows_per_pair=0.5)
+    )
     if size in ("tiny", "small"):
+        # Held-out gold accuracy grows with the pairs seen (one epoch each) and
+        # hardly with lr (2e-4..2e-3) or batch (16, 32): ~0.77 at 3200 pairs,
+        # ~0.80 at 6400, ~0.82-0.85 at 9600, ~0.88 at 12800.
         c.optim.update(
-            lr=1e-3,
+            lr=5e-4,
             warmup_steps=10,
             schedule="cosine",
             min_lr_ratio=0.1,
@@ -35,9 +42,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             grad_clip=1.0,
         )
         c.train.update(
-            steps=0, batch_size=32, seq_len=160, log_every=10, eval_every=50, checkpoint_every=50
+            steps=0, batch_size=32, seq_len=160, log_every=20, eval_every=100, checkpoint_every=100
         )
-        c.data.update(num_examples=3200, eval_examples=256)
+        c.data.update(num_examples=12_800, eval_examples=512)
     else:
         c.optim.update(
             lr=2e-6,
