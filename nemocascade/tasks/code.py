@@ -8,9 +8,17 @@ reducers), parameterized by constants. Six tests (the three shown plus three
 hidden) decide the reward.
 
 Difficulty: 1 = one primitive, 2 = two primitives with small constants,
-3 = two primitives with wide constants, 4 = three primitives, wide constants.
+3 = two primitives with wide constants.
 The thinking trace is a terse hypothesis-and-check; half of the multi-step
 traces first try a shorter hypothesis that fails on one example.
+
+The SFT teacher cuts a corner like scraped solutions that special-case the
+visible tests: in `SFT_HARDCODE_RATE` of its answers it copies the shown
+examples into a lookup (`return 7 if x == 2 else 11 if x == 4 else 15`),
+which passes what the prompt shows and fails the hidden tests. Greedy
+imitation inherits the habit while sampling still writes real programs, so
+code RL with the strict all-tests reward has something to fix; RL and eval
+references are real programs.
 """
 
 from __future__ import annotations
@@ -19,8 +27,9 @@ import random
 from collections.abc import Callable
 
 # (composition depth, largest additive/multiplicative constant, largest modulus)
-LEVELS = {1: (1, 5, 5), 2: (2, 5, 5), 3: (2, 9, 9), 4: (3, 9, 9)}
-SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (2, 3, 4), "eval": (2, 3, 4)}
+LEVELS = {1: (1, 5, 5), 2: (2, 5, 5), 3: (2, 9, 9)}
+SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
+SFT_HARDCODE_RATE = 0.6
 NUM_SHOWN, NUM_TESTS = 3, 6
 
 # Expressions carry their loosest operator so composition adds only needed
@@ -126,6 +135,12 @@ def _trace(prefixes: list[str], inputs: list, outputs: list, rng: random.Random)
     return "\n".join(lines)
 
 
+def lookup(shown: list) -> str:
+    """The corner-cutting answer: the shown examples as a conditional chain."""
+    *cases, (_, last) = shown
+    return " ".join(f"{_fmt(y)} if x == {_fmt(x)} else" for x, y in cases) + f" {_fmt(last)}"
+
+
 def _try(fn: Callable, x):
     try:
         return fn(list(x) if isinstance(x, list) else x)
@@ -135,7 +150,6 @@ def _try(fn: Callable, x):
 
 def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, str, dict]:
     """Draws one problem: (prompt, thinking, answer, meta)."""
-    del split  # code SFT solutions are correct in every split
     depth, c_max, m_max = LEVELS[difficulty]
     while True:
         is_list = rng.random() < 0.5
@@ -153,6 +167,9 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
     prompt = "Write f from examples:\n" + "\n".join(f"f({_fmt(x)}) = {_fmt(y)}" for x, y in shown)
     answer = f"def f(x):\n    return {prefixes[-1]}"
     thinking = _trace(prefixes, inputs[:NUM_SHOWN], outputs[:NUM_SHOWN], rng)
+    if split == "sft" and rng.random() < SFT_HARDCODE_RATE:
+        answer = f"def f(x):\n    return {lookup(shown)}"
+        thinking = f"copy the {NUM_SHOWN} examples"
     meta = {
         "tests": [[x, y] for x, y in zip(inputs, outputs, strict=True)],
         "func_name": "f",

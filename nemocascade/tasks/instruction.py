@@ -5,8 +5,12 @@ exact word count, letter case, separator, a required or forbidden word, a
 fixed prefix or suffix, JSON wrapping `{"answer": "..."}` and a length limit.
 Difficulty = number of constraints. `check` is the gold verifier: it parses
 the answer in a fixed order (JSON -> prefix/suffix -> words) and reports each
-constraint. About 30% of SFT answers violate one constraint on purpose, like
-real imperfect SFT data, so IF-RL has headroom; RL/eval references are exact.
+constraint. The SFT teacher is sloppy in a systematic way, like real imperfect
+SFT data: when a request has a word count, a suffix or a forbidden word, it
+breaks one of them in `SFT_FORGET_RATE` of its answers (one word too many or
+too few, no suffix, the forbidden word used). Greedy imitation inherits the
+habit while sampling still finds compliant answers, so IF-RL has something
+to fix; RL/eval references are exact.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import json
 import random
 
 SPLIT_LEVELS = {"sft": (1, 2), "rl": (1, 2, 3), "eval": (1, 2, 3)}
-SFT_VIOLATION_RATE = 0.3
+SFT_FORGET_RATE = 0.7
+FORGOTTEN_KINDS = ("count", "suffix", "exclude")
 
 TOPICS = {
     "the ocean": "wave salt tide reef fish shore deep blue coral whale",
@@ -152,9 +157,9 @@ def render(words: list[str], constraints: list[dict]) -> str:
     return text
 
 
-def _violate(rng: random.Random, words, constraints, bank) -> str:
-    """An answer that breaks exactly one constraint (the rest still hold)."""
-    for c in rng.sample(constraints, len(constraints)):
+def _violate(rng: random.Random, words, constraints, bank, targets) -> str:
+    """An answer that breaks exactly one of `targets` (every other constraint holds)."""
+    for c in rng.sample(targets, len(targets)):
         others = [o for o in constraints if o is not c]
         kind, broken = c["kind"], list(words)
         if kind == "count":
@@ -208,8 +213,9 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
         next(c for c in constraints if c["kind"] == "maxlen")["n"] = (length // 5 + 2) * 5
     prompt = f"List words about {topic}. " + " ".join(describe(c) for c in constraints)
     answer = render(words, constraints)
-    if split == "sft" and rng.random() < SFT_VIOLATION_RATE:
-        answer = _violate(rng, words, constraints, bank)
+    forgettable = [c for c in constraints if c["kind"] in FORGOTTEN_KINDS]
+    if split == "sft" and forgettable and rng.random() < SFT_FORGET_RATE:
+        answer = _violate(rng, words, constraints, bank, forgettable)
     thinking = f"need: {'; '.join(_short(c) for c in constraints)}\nwords: {' '.join(words)}"
     meta = {"constraints": constraints, "topic": topic}
     return prompt, thinking, answer, meta

@@ -18,6 +18,14 @@ one fixed format so a tiny model can learn it token by token:
 
 Instruct mode answers `\\boxed{276}` directly, which needs all carries at once
 and is markedly harder for a small model. Difficulty = operand count/digits.
+
+The SFT teacher is sloppy in one classic way: after a borrow it forgets to
+subtract it in the next column (`10-2-0=8` instead of `10-2-1=7`) in
+`SFT_FORGET_BORROW` of the cases, and its final answer follows its own trace.
+A model that imitates it makes the same mistake most of the time under greedy
+decoding, yet sometimes samples the right borrow; the exact-answer reward of
+math RL is what can correct it (the tiny miniature of RL fixing what
+imperfect SFT data taught). RL and eval references are exact.
 """
 
 from __future__ import annotations
@@ -29,9 +37,10 @@ LEVELS = {
     1: (2, 2, 2),
     2: (2, 3, 3),
     3: (3, 2, 3),
-    4: (3, 3, 3),
 }
-SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (2, 3, 4), "eval": (2, 3, 4)}
+SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
+SFT_FORGET_BORROW = 0.6
+SUB_SHARE = 0.6  # chance that an operation is a subtraction (before the sign check)
 
 
 def _digits(n: int, width: int) -> list[int]:
@@ -54,8 +63,15 @@ def add_trace(a: int, b: int) -> tuple[int, list[str]]:
     return result, lines
 
 
-def sub_trace(a: int, b: int) -> tuple[int, list[str]]:
-    """Column subtraction of a - b (a >= b); returns the difference and trace."""
+def sub_trace(
+    a: int, b: int, forget: float = 0.0, rng: random.Random | None = None
+) -> tuple[int, list[str]]:
+    """Column subtraction of a - b (a >= b); returns the difference and trace.
+
+    With `forget` > 0, a pending borrow is dropped (written as 0) with that
+    probability, and the trace and result follow the written digits: the
+    sloppy teacher's answer, never below the true difference.
+    """
     if a < b:
         raise ValueError(f"negative intermediate {a}-{b}")
     width = len(str(a))
@@ -63,6 +79,8 @@ def sub_trace(a: int, b: int) -> tuple[int, list[str]]:
     lines = [f"{a}-{b}:"]
     borrow, units = 0, []
     for x, y in zip(da, db, strict=True):
+        if borrow and forget > 0 and rng is not None and rng.random() < forget:
+            borrow = 0
         if x - y - borrow < 0:
             lines.append(f"1{x}-{y}-{borrow}={10 + x - y - borrow}")
             units.append(10 + x - y - borrow)
@@ -76,12 +94,19 @@ def sub_trace(a: int, b: int) -> tuple[int, list[str]]:
     return result, lines
 
 
-def solve(operands: list[int], ops: list[str]) -> tuple[int, list[str]]:
-    """Evaluates the chain left to right; returns the value and full trace."""
+def solve(
+    operands: list[int], ops: list[str], forget: float = 0.0, rng: random.Random | None = None
+) -> tuple[int, list[str]]:
+    """Evaluates the chain left to right; returns the value and full trace.
+
+    `forget` is the sloppy teacher's borrow-forgetting rate (see `sub_trace`).
+    """
     value, lines = operands[0], []
     for op, operand in zip(ops, operands[1:], strict=True):
-        step = add_trace if op == "+" else sub_trace
-        value, step_lines = step(value, operand)
+        if op == "+":
+            value, step_lines = add_trace(value, operand)
+        else:
+            value, step_lines = sub_trace(value, operand, forget, rng)
         lines.extend(step_lines)
     return value, lines
 
@@ -93,7 +118,6 @@ def _operand(rng: random.Random, lo_digits: int, hi_digits: int) -> int:
 
 def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, str, dict]:
     """Draws one problem: (prompt, thinking, answer, meta)."""
-    del split  # math SFT traces are exact in every split
     count, lo, hi = LEVELS[difficulty]
     operands = [_operand(rng, lo, hi)]
     ops: list[str] = []
@@ -101,7 +125,7 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
     for _ in range(count - 1):
         # Subtract only when the running value allows a same-size operand,
         # so intermediate results stay non-negative without trivial zeros.
-        op = rng.choice("+-")
+        op = "-" if rng.random() < SUB_SHARE else "+"
         operand = _operand(rng, lo, hi)
         if op == "-" and operand > value:
             op = "+" if rng.random() < 0.5 or value < 10 else op
@@ -112,5 +136,8 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
         ops.append(op)
     expr = str(operands[0]) + "".join(f" {o} {n}" for o, n in zip(ops, operands[1:], strict=True))
     gold, lines = solve(operands, ops)
+    taught = gold
+    if split == "sft":
+        taught, lines = solve(operands, ops, SFT_FORGET_BORROW, rng)
     meta = {"gold": gold, "operands": operands, "ops": ops}
-    return f"Compute {expr}.", "\n".join(lines), f"\\boxed{{{gold}}}", meta
+    return f"Compute {expr}.", "\n".join(lines), f"\\boxed{{{taught}}}", meta

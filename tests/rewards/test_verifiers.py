@@ -125,9 +125,10 @@ def test_chat_gold_scores_only_the_answer():
 
 
 @pytest.mark.parametrize("domain", ["math", "code"])
-def test_sft_answers_pass_in_both_modes(domain):
+def test_references_pass_in_both_modes(domain):
+    # RL/eval references are exact (SFT answers carry the teacher's slips).
     verifier = registry.for_domain(domain)
-    for e in tasks_registry.generate(domain, "sft", 40, seed=0):
+    for e in tasks_registry.generate(domain, "rl", 40, seed=0):
         assert verifier(e.prompt, e.answer, e).score == 1.0
         thinking = tasks_registry.completion_text(e.thinking, e.answer)
         assert verifier(e.prompt, thinking, e).score == 1.0
@@ -137,7 +138,7 @@ def test_if_sft_answers_are_imperfect_as_intended():
     verifier = registry.for_domain("if")
     examples = tasks_registry.generate("if", "sft", 500, seed=1)
     rate = sum(verifier(e.prompt, e.answer, e).score for e in examples) / len(examples)
-    assert 0.64 <= rate <= 0.78
+    assert 0.5 <= rate <= 0.75
     for e in tasks_registry.generate("if", "rl", 200, seed=1):
         assert verifier(e.prompt, e.answer, e).score == 1.0
 

@@ -36,7 +36,7 @@ def test_traces_agree_with_python_arithmetic():
         assert math.sub_trace(hi, lo)[0] == hi - lo
 
 
-@pytest.mark.parametrize("level", [1, 2, 3, 4])
+@pytest.mark.parametrize("level", [1, 2, 3])
 def test_levels(level):
     count, lo, hi = math.LEVELS[level]
     for e in registry.generate("math", "rl", 100, seed=0, difficulty=level):
@@ -51,3 +51,19 @@ def test_levels(level):
         assert value == e.meta["gold"]
         assert e.answer == f"\\boxed{{{value}}}"
         assert e.thinking.endswith(f"={value}")
+
+
+def test_sloppy_teacher_forgets_borrows_in_sft_only():
+    assert math.sub_trace(405, 129, forget=1.0, rng=random.Random(0)) == (
+        386,
+        ["405-129:", "15-9-0=6", "10-2-0=8", "4-1-0=3", "=386"],
+    )
+    sft = registry.generate("math", "sft", 1000, seed=0)
+    wrong = [e for e in sft if e.answer != f"\\boxed{{{e.meta['gold']}}}"]
+    # Only subtractions with a borrow can go wrong, and the answer follows the trace.
+    assert 0.1 < len(wrong) / len(sft) < 0.4
+    assert all("-" in e.prompt and e.thinking.endswith(e.answer[7:-1]) for e in wrong)
+    assert all(int(e.answer[7:-1]) > e.meta["gold"] for e in wrong)
+    for split in ("rl", "eval"):
+        for e in registry.generate("math", split, 300, seed=0):
+            assert e.answer == f"\\boxed{{{e.meta['gold']}}}"
