@@ -63,6 +63,7 @@ class DataConfig:
     domains: tuple[str, ...] = tasks_base.DOMAINS
     modes: tuple[str, ...] = tasks_base.MODES
     num_examples: int = 4000
+    domain_weights: tuple[float, ...] = ()  # per `domains` entry: × num_examples; () = equal
     pack: bool = True
     jsonl: str = ""  # read examples from this file instead of the task world
     eval_examples: int = 256
@@ -128,6 +129,7 @@ class RLConfig:
     eval_num: int = 64  # held-out prompts per domain for the stage's own eval
     verifier_workers: int = 2
     verifier_timeout_s: float = 10.0
+    teachers: str = ""  # MOPD: "domain=dir,..." (stage dir or exported params); see parse_teachers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,11 +257,40 @@ def validate(cfg: Config) -> Config:
         )
     _check(d.template_style in ("c1", "c2"), f"config.data.template_style={d.template_style!r}")
     _check(
+        not d.domain_weights
+        or (len(d.domain_weights) == len(d.domains) and all(w > 0 for w in d.domain_weights)),
+        f"config.data.domain_weights={d.domain_weights}: need one positive weight per "
+        f"config.data.domains entry {d.domains}",
+    )
+    _check(
         cfg.model.max_seq_len >= t.seq_len,
         f"config.train.seq_len={t.seq_len} exceeds model max_seq_len={cfg.model.max_seq_len}",
     )
     _validate_rl(cfg.rl)
     return cfg
+
+
+def parse_teachers(text: str) -> dict[str, str]:
+    """`config.rl.teachers` → {domain: dir}: "math=/runs/sft,if=/runs/stage1_short".
+
+    A string rather than a nested section so the cascade and the command line
+    can set it in one override; each dir is a finished stage dir or an export
+    (`checkpointing.resolve_params_dir`). Several domains may share a dir.
+    """
+    out: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        domain, sep, path = (s.strip() for s in item.partition("="))
+        _check(
+            bool(sep and domain and path),
+            f"config.rl.teachers: expected 'domain=dir[,domain=dir...]', got {item!r}",
+        )
+        _check(
+            domain in tasks_base.DOMAINS,
+            f"config.rl.teachers has domain {domain!r}; valid {tasks_base.DOMAINS}",
+        )
+        _check(domain not in out, f"config.rl.teachers names domain {domain!r} twice")
+        out[domain] = path
+    return out
 
 
 def _validate_rl(r: RLConfig):
@@ -295,6 +326,7 @@ def _validate_rl(r: RLConfig):
             c.steps > 0 and c.max_new_tokens > 0 and c.temperature > 0,
             f"config.rl.curriculum[{i}] needs positive steps, max_new_tokens, temperature",
         )
+    parse_teachers(r.teachers)
 
 
 def _as_dict(obj) -> dict[str, Any]:

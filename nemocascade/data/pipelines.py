@@ -111,12 +111,17 @@ def examples_from_jsonl(path: str, limit: int | None = None) -> list[base.Exampl
     ]
 
 
-def _task_examples(domains, split, num_examples, seed, difficulty=None) -> list[base.Example]:
+def _task_examples(
+    domains, split, num_examples, seed, difficulty=None, weights=()
+) -> list[base.Example]:
+    """`num_examples` per domain, times the domain's weight when `weights` is given."""
     if num_examples is None:
         raise ValueError("num_examples (per domain) is required for the built-in task world")
+    weights = tuple(weights) or (1.0,) * len(domains)
     examples = []
-    for domain in domains:
-        examples += registry.generate(domain, split, num_examples, seed=seed, difficulty=difficulty)
+    for domain, w in zip(domains, weights, strict=True):
+        n = max(1, round(num_examples * w))
+        examples += registry.generate(domain, split, n, seed=seed, difficulty=difficulty)
     return examples
 
 
@@ -171,6 +176,7 @@ def sft_loader(
     shard_index: int = 0,
     shard_count: int = 1,
     num_epochs: int | None = None,
+    domain_weights: Sequence[float] = (),
 ) -> Loader:
     """SFT batches (see `packing`) of every example rendered in every mode.
 
@@ -184,11 +190,12 @@ def sft_loader(
       path: JSONL file of `{"prompt", "thinking", "answer", "domain"}` records
         instead of the task world.
       num_epochs: passes over the data; None repeats forever.
+      domain_weights: per-domain multipliers of `num_examples` (the SFT mix).
     """
     if path is not None:
         examples = examples_from_jsonl(path, num_examples)
     else:
-        examples = _task_examples(domains, "sft", num_examples, seed)
+        examples = _task_examples(domains, "sft", num_examples, seed, weights=domain_weights)
     items = _sharded(_sft_items(examples, modes), seed, shard_index, shard_count)
     counter = _Counter("sft_loader", seq_len)
     dataset = _sft_dataset(tok, items.repeat(num_epochs), seq_len, template, counter)

@@ -73,3 +73,31 @@ def prepare(
         "seqs_in_loss": float(seq_keep.mean()),
     }
     return Prepared(batch, rewards, kept, metrics)
+
+
+def compact(batch: dict[str, np.ndarray], multiple: int) -> dict[str, np.ndarray]:
+    """Drops rows outside the loss and pads the rest to a power-of-two bucket.
+
+    A row whose `loss_mask` is all zero (a filtered group, an overlong-filtered
+    response) adds nothing to the loss numerator or denominator, so training on
+    the kept rows alone gives the same loss and gradient at a fraction of the
+    cost. Rows are padded (copies with an all-zero mask and zero advantage) to
+    a power of two times `multiple` (micro-batches × batch shards), so the
+    train step compiles for a handful of shapes only. Single-process only: on
+    several hosts each would pick its own bucket.
+    """
+    keep = np.flatnonzero(batch["loss_mask"].sum(axis=1) > 0)
+    n = len(batch["loss_mask"])
+    rows = multiple
+    while rows < len(keep):
+        rows *= 2
+    if rows >= n:
+        return batch
+    fill = np.full(rows - len(keep), keep[0] if len(keep) else 0)
+    index = np.concatenate([keep, fill]).astype(np.int64)
+    out = {k: v[index] for k, v in batch.items()}
+    out["loss_mask"] = out["loss_mask"].copy()
+    out["loss_mask"][len(keep) :] = 0
+    out["advantages"] = out["advantages"].copy()
+    out["advantages"][len(keep) :] = 0
+    return out

@@ -70,3 +70,35 @@ def test_curriculum_phases():
         "thinking",
         "instruct",
     ]
+
+
+def test_compact_keeps_the_loss_exactly():
+    from nemocascade.losses import policy
+
+    rng = np.random.default_rng(0)
+    n, t = 16, 5
+    batch = _rollout(n, t)
+    batch["loss_mask"] = (rng.random((n, t)) < 0.8).astype(np.int32)
+    batch["loss_mask"][[1, 2, 5, 6, 7, 9, 10, 11, 12, 13, 14]] = 0  # 5 rows stay
+    batch["advantages"] = rng.normal(size=n).astype(np.float32)
+    batch["inputs"] = np.arange(n)[:, None] + np.zeros((1, t), np.int32)
+    logp = rng.normal(size=(n, t)).astype(np.float32)
+    out = rl_batch.compact(batch, multiple=2)
+    assert len(out["loss_mask"]) == 8  # 5 kept rows -> bucket 2 * 4
+    np.testing.assert_array_equal(out["inputs"][:5, 0], [0, 3, 4, 8, 15])
+    assert out["loss_mask"][5:].sum() == 0 and not out["advantages"][5:].any()
+    idx = out["inputs"][:, 0]
+    for agg in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"):
+        full = policy.policy_loss(
+            logp, logp, batch["advantages"], batch["loss_mask"], aggregation=agg
+        )
+        small = policy.policy_loss(
+            logp[idx], logp[idx], out["advantages"], out["loss_mask"], aggregation=agg
+        )
+        if agg == "token_mean":
+            np.testing.assert_allclose(small[0], full[0], rtol=1e-6)
+            np.testing.assert_allclose(small[1], full[1])
+        else:
+            np.testing.assert_allclose(small[0] / small[1], full[0] / full[1], rtol=1e-6)
+    # Nothing to drop (or no smaller bucket): the batch is returned as is.
+    assert rl_batch.compact(_rollout(4), multiple=4)["loss_mask"].shape == (4, 4)

@@ -168,6 +168,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
 
     reference = _Reference(cfg, rt, state.params) if rl.kl_coef > 0 else None
     own_eval = evaluation.own_domain_eval(cfg, tok, template, rt)
+    batch_shards = rules_lib.batch_sharding(rt.mesh, rt.rules).num_devices
     start = int(jax.device_get(state.step))
     if start == 0:
         rt.writer.write(0, own_eval(state.params))
@@ -210,7 +211,10 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
                 scores = np.asarray(scores)
         prepared = rl_batch.prepare(rl, rollouts.batch, scores, rollouts.truncated, rl.group_size)
         stream.record(examples, prepared.rewards.reshape(-1, rl.group_size).mean(-1).tolist())
-        batch = rules_lib.put_batch(prepared.batch, rt.mesh, rt.rules)
+        train_batch = prepared.batch
+        if jax.process_count() == 1:
+            train_batch = rl_batch.compact(train_batch, cfg.train.num_microbatches * batch_shards)
+        batch = rules_lib.put_batch(train_batch, rt.mesh, rt.rules)
         state, m = step_fn(phase.temperature)(state, batch, key)
         host = metrics_lib.to_python(m)
         t3 = time.perf_counter()
@@ -231,6 +235,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
             verify_s=t2 - t1,
             train_s=t3 - t2,
             rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
+            train_rows=len(train_batch["loss_mask"]),
             prompts_skipped=stream.skipped,
         )
         bar.update(1, reward=host["reward_mean"], len=host["response_len_mean"])

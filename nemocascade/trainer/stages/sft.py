@@ -71,6 +71,7 @@ def loaders(cfg: config_lib.Config, tok):
         batch_size=per_process,
         seed=cfg.train.seed,
         num_examples=cfg.data.num_examples,
+        domain_weights=cfg.data.domain_weights,
         pack=cfg.data.pack,
         **common_kw,
     )
