@@ -34,6 +34,7 @@ setuptools.setup(
             "ruff>=0.6",
             "torch>=2.4",
             "transformers>=4.51",
+            "nbmake>=1.5",  # brings nbclient, nbformat, ipykernel (tests/test_notebook.py)
         ],
     },
 )
