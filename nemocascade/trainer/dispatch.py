@@ -13,6 +13,7 @@ _RUNNERS = {
     "stage3_long": "nemocascade.trainer.stages.rl",
     "rlhf": "nemocascade.trainer.stages.rl",
     "rm": "nemocascade.trainer.stages.rm",
+    "mopd": "nemocascade.trainer.stages.distill",
     "cascade": "nemocascade.trainer.cascade",
 }
 

@@ -1,0 +1,194 @@
+"""Multi-domain on-policy distillation (MOPD, Nemotron-Cascade 2 §4.4): the `mopd` stage.
+
+Each step: draw `prompts_per_step` prompts of `rl.domains` → sample
+`group_size` responses each with the current params (the student, π_inf) →
+score every response once with its domain's frozen teacher
+(`config.rl.teachers`, forward-only log-probs of the sampled tokens) →
+exactly one optimizer step on `losses.distill.mopd_loss`, whose token
+advantage is log π_teacher − log π_train (a reverse-KL estimate; no reward,
+no group baseline) with the truncated importance weight π_train/π_inf.
+
+Teacher and student log-probs use the sampling temperature, so a teacher
+equal to the student gives advantage 0 exactly, and the paper's setting
+(temperature 1.0) scores the plain teacher. LR warm-up (0.1× → 1×) comes from
+`optim.warmup_steps` / `optim.warmup_init_ratio`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
+from nemocascade.data import chat_template, tokenizer as tokenizer_lib
+from nemocascade.losses import distill
+from nemocascade.sharding import rules as rules_lib
+from nemocascade.trainer import forward, optimizer, step as step_lib, teachers as teachers_lib
+from nemocascade.trainer.stages import common, evaluation, onpolicy, rl
+
+TRAIN_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask", "sampler_logprobs")
+
+
+def teacher_dirs(r: config_lib.RLConfig) -> dict[str, str]:
+    """{domain: teacher dir} for every `rl.domains` entry; ConfigError on a missing one."""
+    dirs = config_lib.parse_teachers(r.teachers)
+    missing = [d for d in r.domains if d not in dirs]
+    if missing:
+        raise config_lib.ConfigError(
+            f"config.rl.teachers={r.teachers!r} has no teacher for domain(s) {missing} of "
+            f"config.rl.domains={r.domains}; set e.g. --config.rl.teachers="
+            + ",".join(f"{d}=DIR/<stage>" for d in r.domains)
+        )
+    return {d: dirs[d] for d in r.domains}
+
+
+def check_config(r: config_lib.RLConfig):
+    """Rejects RL options MOPD has no use for, rather than ignoring them silently."""
+    unused = {
+        "reward": r.reward != "",
+        "dynamic_filter": r.dynamic_filter != "none",
+        "kl_coef": r.kl_coef != 0,
+        "entropy_coef": r.entropy_coef != 0,
+        "overlong": r.overlong not in ("none", "filter"),
+    }
+    bad = [f"config.rl.{k}" for k, v in unused.items() if v]
+    if bad:
+        raise config_lib.ConfigError(
+            f"{bad} not used by MOPD (no reward, no KL/entropy term; overlong is none|filter)"
+        )
+
+
+def make_loss_fn(cfg: config_lib.Config, temperature: float):
+    """MOPD loss on the student's training-engine log-probs at the sampling temperature."""
+    impl = cfg.train.logprob_impl or None
+
+    def loss_fn(params, batch, rng):
+        del rng
+        logp, _ = forward.sequence_logprobs(
+            params, cfg.model, batch, temperature=temperature, implementation=impl
+        )
+        mask = batch["loss_mask"]
+        num, den, m = distill.mopd_loss(
+            logp, batch["teacher_logprobs"], batch["sampler_logprobs"], mask
+        )
+        fmask = mask.astype(np.float32)
+        gap = jax.numpy.abs(jax.lax.stop_gradient(logp) - batch["sampler_logprobs"])
+        metrics = dict(m)
+        metrics["sampler_logprob_gap"] = ((gap * fmask).sum(), fmask.sum())
+        return num, (den, metrics)
+
+    return loss_fn
+
+
+def domain_gaps(
+    teacher_bt: np.ndarray, sampler_bt: np.ndarray, mask_bt: np.ndarray, row_domains: Sequence[str]
+) -> dict[str, float]:
+    """Per domain, mean teacher − sampler log-prob over valid tokens (each teacher's gap)."""
+    out = {}
+    for d in sorted(set(row_domains)):
+        rows = np.asarray([x == d for x in row_domains])
+        m = mask_bt[rows].astype(np.float32)
+        diff = (teacher_bt[rows] - sampler_bt[rows]) * m
+        out[f"teacher_gap/{d}"] = float(diff.sum() / max(m.sum(), 1.0))
+    return out
+
+
+def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
+    stage_dir = common.stage_dir(workdir, cfg.stage)
+    if checkpointing.is_done(stage_dir):
+        logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
+        return {}
+    r = cfg.rl
+    dirs = teacher_dirs(r)
+    check_config(r)
+    tok = tokenizer_lib.Tokenizer.load()
+    template = chat_template.Template(style=cfg.data.template_style)
+    rt = common.setup(cfg, workdir)
+    state, data_state, _ = common.init_state(rt)
+    stream = onpolicy.make_stream(cfg, data_state)
+    teachers = teachers_lib.Teachers(
+        cfg.model,
+        dirs,
+        abstract_params=rt.abstract_state.params,
+        mesh=rt.mesh,
+        rules=rt.rules,
+        implementation=cfg.train.logprob_impl or None,
+    )
+    logging.info("[%s] teachers: %s", cfg.stage, dirs)
+    lr_at = optimizer.schedule(cfg.optim, cfg.train.steps)
+    steps_by_temp: dict[float, Any] = {}
+
+    def step_fn(temperature: float):
+        if temperature not in steps_by_temp:
+            steps_by_temp[temperature] = step_lib.make_train_step(
+                make_loss_fn(cfg, temperature),
+                rt.tx,
+                num_microbatches=cfg.train.num_microbatches,
+                mesh=rt.mesh,
+                rules=rt.rules,
+                state_shardings=rt.state_shardings,
+            )
+        return steps_by_temp[temperature]
+
+    own_eval = evaluation.own_domain_eval(cfg, tok, template, rt)
+    start = int(jax.device_get(state.step))
+    if start == 0:
+        rt.writer.write(0, own_eval(state.params))
+    bar = metrics_lib.Progress(cfg.train.steps, start, cfg.stage, cfg.train.progress)
+    key = jax.random.key(cfg.train.seed)
+    for step in range(start + 1, cfg.train.steps + 1):
+        phase = rl.phase_at(r, step)
+        t0 = time.perf_counter()
+        examples = stream.next_batch()
+        rollouts = onpolicy.sample_student(
+            cfg, rt, tok, template, state.params, examples, phase, jax.random.fold_in(key, step)
+        )
+        row_domains = [examples[i].domain for i in rollouts.example_index]
+        t1 = time.perf_counter()
+        teacher_bt = teachers.logprobs(rollouts.batch, row_domains, phase.temperature)
+        t2 = time.perf_counter()
+        batch = {k: rollouts.batch[k] for k in TRAIN_KEYS}
+        batch["teacher_logprobs"] = teacher_bt
+        if r.overlong == "filter":
+            batch["loss_mask"] = batch["loss_mask"] * (~rollouts.truncated)[:, None]
+        placed = rules_lib.put_batch(batch, rt.mesh, rt.rules)
+        state, m = step_fn(phase.temperature)(state, placed, key)
+        host = metrics_lib.to_python(m)
+        t3 = time.perf_counter()
+        onpolicy.check_finite(cfg, rt, host, step)
+        lengths = rollouts.lengths
+        host.update(
+            domain_gaps(teacher_bt, batch["sampler_logprobs"], batch["loss_mask"], row_domains)
+        )
+        host.update(
+            lr=float(lr_at(step - 1)),
+            response_len_mean=float(lengths.mean()),
+            response_len_max=float(lengths.max()),
+            truncation_rate=float(rollouts.truncated.mean()),
+            max_new_tokens=phase.max_new_tokens,
+            temperature=phase.temperature,
+            rollout_s=t1 - t0,
+            teacher_s=t2 - t1,
+            train_s=t3 - t2,
+            rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
+        )
+        bar.update(1, adv=host["advantage_mean"], len=host["response_len_mean"])
+        if step % cfg.train.log_every == 0 or step == cfg.train.steps:
+            rt.writer.write(step, host)
+        if step % cfg.train.checkpoint_every == 0 and step != cfg.train.steps:
+            rt.manager.save(step, state, stream.get_state())
+        if step % cfg.train.eval_every == 0 and step != cfg.train.steps:
+            ev = own_eval(state.params)
+            rt.writer.write(step, ev)
+            bar.write(
+                f"[{cfg.stage}] step {step}: " + ", ".join(f"{k}={v:.3f}" for k, v in ev.items())
+            )
+    bar.close()
+    final = onpolicy.finish(cfg, rt, tok, template, state, stream.get_state(), own_eval)
+    rt.close()
+    return final
