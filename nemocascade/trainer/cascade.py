@@ -15,6 +15,7 @@ import importlib
 import json
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nemocascade import checkpointing, config as config_lib
@@ -48,10 +49,54 @@ def parse_overrides(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def select_teachers(
+    domains: Sequence[str], matrices: Mapping[str, Mapping[str, float]]
+) -> dict[str, str]:
+    """{domain: stage} whose eval matrix has the best thinking-mode headline score.
+
+    `matrices` is {stage: eval-matrix metrics} in chain order; the score is
+    `<domain>/thinking/pass@1` (`chat/thinking/gold` for chat), ties go to the
+    later stage (it has seen more of the chain). This is the paper's "strongest
+    validation checkpoint per benchmark category" (C2 §4.4) over the chain.
+    """
+    out = {}
+    for domain in domains:
+        key = report.headline_key(domain, "thinking")
+        best = None
+        for stage, metrics in matrices.items():
+            if key in metrics and (best is None or metrics[key] >= best[1]):
+                best = (stage, metrics[key])
+        if best is None:
+            raise config_lib.ConfigError(
+                f"config.rl.teachers: no earlier stage of the chain ({list(matrices)}) has "
+                f"{key!r} in its eval matrix; set it with "
+                "--config.cascade.set='mopd.rl.teachers=domain=DIR,...'"
+            )
+        out[domain] = best[0]
+    return out
+
+
+def _teachers_from_chain(domains: Sequence[str], workdir: str, earlier: Sequence[str]) -> str:
+    """`rl.teachers` for MOPD from the finished earlier policy stages in `workdir`."""
+    done = [s for s in earlier if checkpointing.is_done(os.path.join(workdir, s))]
+    chosen = select_teachers(domains, report.collect(workdir, done))
+    logging.info("[cascade] MOPD teachers: %s", chosen)
+    return ",".join(f"{d}={os.path.join(os.path.abspath(workdir), s)}" for d, s in chosen.items())
+
+
 def stage_config(
-    name: str, size: str, overrides: dict[str, Any], init_from: str, workdir: str
+    name: str,
+    size: str,
+    overrides: dict[str, Any],
+    init_from: str,
+    workdir: str,
+    earlier: Sequence[str] = (),
 ) -> config_lib.Config:
-    """Loads `configs/<name>.py:<size>`, applies the cascade's overrides and hand-off."""
+    """Loads `configs/<name>.py:<size>`, applies the cascade's overrides and hand-off.
+
+    MOPD without explicit `rl.teachers` gets them from `earlier` (the policy
+    stages before it in the chain) by `select_teachers`.
+    """
     module = importlib.import_module(f"configs.{name}")
     cd = module.get_config(size)
     cd.init.init_from = init_from
@@ -69,7 +114,11 @@ def stage_config(
         if not known:
             raise config_lib.ConfigError(f"config.cascade.set: {name} has no field {dotted!r}")
         node[leaf] = type(node[leaf])(value) if isinstance(node[leaf], float) else value
-    return config_lib.from_config_dict(cd)
+    cfg = config_lib.from_config_dict(cd)
+    if name == "mopd" and not cfg.rl.teachers:
+        cd.rl.teachers = _teachers_from_chain(cfg.rl.domains, workdir, earlier)
+        cfg = config_lib.from_config_dict(cd)
+    return cfg
 
 
 def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
@@ -91,10 +140,13 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         raise config_lib.ConfigError(f"config.cascade: unknown stage names {unknown}")
     os.makedirs(workdir, exist_ok=True)
     policy_from, sft_dir = "", os.path.join(workdir, "sft")
+    policy_stages: list[str] = []
     for name in stages:
         stage_dir = os.path.join(workdir, name)
         init = sft_dir if name in _SIDE_STAGES else policy_from
-        stage_cfg = stage_config(name, size, overrides.get(name, {}), init, workdir)
+        stage_cfg = stage_config(
+            name, size, overrides.get(name, {}), init, workdir, earlier=tuple(policy_stages)
+        )
         if checkpointing.is_done(stage_dir):
             logging.info("[cascade] %s finished earlier; skipping", name)
         else:
@@ -102,6 +154,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
             dispatch.run(stage_cfg, workdir)
         if name not in _SIDE_STAGES:
             policy_from = stage_dir
+            policy_stages.append(name)
         flags = report.forgetting(workdir, stages, tolerance)
         for f in flags:
             logging.warning("[cascade] FORGETTING: %s", f)
