@@ -219,18 +219,18 @@ def main(argv):
         sys.exit(f"sweep error: {e}")
     logging.info("[sweep] %d runs, all configs valid", len(runs))
 
-    if _LAUNCHER.value != "local":
+    if _REPORT_ONLY.value:
+        records = _pending(runs, "pending")
+    elif _LAUNCHER.value != "local":
         for run in runs:
             line = launcher_command(_LAUNCHER.value, run, _LAUNCHER_ARGS.value)
             print(f"# {run.name}: finished; skipped" if is_finished(run) else line)
         return
-    if _DRY_RUN.value:
+    elif _DRY_RUN.value:
         for run in runs:
             done = is_finished(run)
             print(("# finished: " if done else "") + "python " + shlex.join(run.argv))
         return
-    if _REPORT_ONLY.value:
-        records = _pending(runs, "pending")
     else:
         env = dict(os.environ)
         if _JAX_CACHE.value:

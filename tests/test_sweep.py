@@ -156,6 +156,26 @@ def test_cli_dry_run_and_launcher_print_commands(tmp_path):
     assert not sw.exists()  # printing commands writes nothing
 
 
+def test_cli_report_only_collects_finished_runs(tmp_path):
+    """After cluster runs: the table from what is on disk, whatever the launcher flag."""
+    sw = tmp_path / "sw"
+    stage = sw / "lr-1e-06" / "stage2_medium"
+    stage.mkdir(parents=True)
+    (stage / "metrics.jsonl").write_text('{"step": 3, "reward_mean": 0.25}\n')
+    (stage / "DONE").write_text("")
+    args = ("--sweep=optim.lr=1e-6,3e-6", f"--workdir={sw}", "--report_only", "--launcher=slurm")
+    p = _cli(*args)
+    assert p.returncode == 0, p.stderr[-2000:]
+    table = (sw / "sweep.md").read_text()
+    assert "| lr-1e-06 | done | 1e-06 | 3 | 0.25 |" in table
+    assert "| lr-3e-06 | pending | 3e-06 | – | – |" in table
+
+
+def test_quoted_values_may_hold_separators():
+    axes = sweep.parse_axes("cascade.set='sft.optim.lr=1e-3;rm.optim.lr=1e-4','sft.optim.lr=2e-3'")
+    assert axes == [("cascade.set", ["sft.optim.lr=1e-3;rm.optim.lr=1e-4", "sft.optim.lr=2e-3"])]
+
+
 @pytest.mark.slow  # ~75 s on 2 idle cores: four nemocascade.main processes and a rerun
 def test_two_by_two_sweep_end_to_end(tmp_path):
     """Four real toy runs; the axes leave compiled shapes alone, so runs 2-4 hit the cache."""
