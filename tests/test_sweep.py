@@ -176,7 +176,7 @@ def test_quoted_values_may_hold_separators():
     assert axes == [("cascade.set", ["sft.optim.lr=1e-3;rm.optim.lr=1e-4", "sft.optim.lr=2e-3"])]
 
 
-@pytest.mark.slow  # ~75 s on 2 idle cores: four nemocascade.main processes and a rerun
+@pytest.mark.slow  # 55-75 s on 2 cores: four nemocascade.main processes and a rerun
 def test_two_by_two_sweep_end_to_end(tmp_path):
     """Four real toy runs; the axes leave compiled shapes alone, so runs 2-4 hit the cache."""
     sw = tmp_path / "sw"
