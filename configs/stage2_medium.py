@@ -46,4 +46,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             top_p=0.95,
         )
         c.train.update(steps=500, seq_len=40_960 + 2048)
+        # Prompt + longest response exceeds the Qwen3 preset's 40,960 positions.
+        c.model.max_seq_len = c.train.seq_len
     return c

@@ -24,4 +24,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.rl.update(max_new_tokens=49_152, temperature=1.0, top_p=0.95)
         c.optim.update(lr=4e-6)
         c.train.update(steps=90, seq_len=49_152 + 4096)
+        # Prompt + longest response exceeds the Qwen3 preset's 40,960 positions.
+        c.model.max_seq_len = c.train.seq_len
     return c

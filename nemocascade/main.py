@@ -56,6 +56,41 @@ class _QuietLibraries(logging.Filter):
         return record.levelno >= logging.WARNING or not noisy
 
 
+def _config_spec(argv: list[str]) -> str:
+    spec = f"{_DEFAULT_CONFIG}:tiny"
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            spec = arg.split("=", 1)[1]
+        elif arg == "--config" and i + 1 < len(argv):
+            spec = argv[i + 1]
+    return spec
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's parser, but a misspelled `--config.a.b=` stops with one line naming it.
+
+    ml_collections raises a bare AttributeError/KeyError from inside the flag
+    parser for an unknown field; here it is matched against the config file's
+    fields and reported as `config error: unknown field config.a.b (did you
+    mean ...?)`.
+    """
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        sys.exit(f"{argv[0]}: {e}\nPass --helpfull to see help on flags.")
+    except (AttributeError, KeyError, ValueError, TypeError) as e:
+        from nemocascade import config as config_lib, overrides
+
+        try:
+            cd = overrides.load_config_file(_config_spec(argv))
+            for arg in argv[1:]:
+                if arg.startswith("--config."):
+                    overrides.check_key(cd, arg.removeprefix("--config.").split("=", 1)[0])
+        except config_lib.ConfigError as err:
+            sys.exit(f"config error: {err}")
+        sys.exit(f"config error: {type(e).__name__}: {e}")
+
+
 def main(argv):
     del argv
     logging.getLogger().setLevel(logging.INFO)
@@ -77,4 +112,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

@@ -1,5 +1,6 @@
-"""`config.rl.teachers` (MOPD): parsing, the errors that name the field, the command line."""
+"""Config files validate at every size; `config.rl.teachers` (MOPD) parsing and errors."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -70,3 +71,13 @@ def test_teachers_from_the_command_line(tmp_path):
     bad = _main("math:/runs/sft", tmp_path)
     assert bad.returncode != 0
     assert "config error: config.rl.teachers: expected 'domain=dir" in bad.stderr
+
+
+@pytest.mark.parametrize("size", ["tiny", "small", "8b", "14b"])
+@pytest.mark.parametrize(
+    "name", ["sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "mopd"]
+)
+def test_every_config_file_validates_at_every_size(name, size):
+    module = importlib.import_module(f"configs.{name}")
+    cfg = config_lib.from_config_dict(module.get_config(size))
+    assert cfg.train.seq_len <= cfg.model.max_seq_len
