@@ -29,7 +29,7 @@ from collections.abc import Callable
 # (composition depth, largest additive/multiplicative constant, largest modulus)
 LEVELS = {1: (1, 5, 5), 2: (2, 5, 5), 3: (2, 9, 9)}
 SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
-SFT_HARDCODE_RATE = 0.6
+SFT_HARDCODE_RATE = 0.4
 NUM_SHOWN, NUM_TESTS = 3, 6
 
 # Expressions carry their loosest operator so composition adds only needed

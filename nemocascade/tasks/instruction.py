@@ -19,7 +19,7 @@ import json
 import random
 
 SPLIT_LEVELS = {"sft": (1, 2), "rl": (1, 2, 3), "eval": (1, 2, 3)}
-SFT_FORGET_RATE = 0.7
+SFT_FORGET_RATE = 0.5
 FORGOTTEN_KINDS = ("count", "suffix", "exclude")
 
 TOPICS = {

@@ -67,7 +67,7 @@ def test_sft_teacher_forgets_the_intended_kinds():
     # Only the forgettable kinds are ever broken, one at a time, at about the set rate.
     assert all(sum(not v for v in r.values()) == 1 for r in broken)
     assert all(k in instruction.FORGOTTEN_KINDS for r in broken for k, v in r.items() if not v)
-    assert 0.6 <= len(broken) / len(forgettable) <= 0.75
+    assert abs(len(broken) / len(forgettable) - instruction.SFT_FORGET_RATE) < 0.07
 
 
 def test_prompt_lists_every_constraint():

@@ -28,8 +28,8 @@ from nemocascade import checkpointing, config as config_lib, metrics as metrics_
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.losses import distill
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import forward, optimizer, step as step_lib, teachers as teachers_lib
-from nemocascade.trainer.stages import common, evaluation, onpolicy, rl
+from nemocascade.trainer import forward, optimizer, teachers as teachers_lib
+from nemocascade.trainer.stages import common, evaluation, onpolicy
 
 TRAIN_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask", "sampler_logprobs")
 
@@ -121,19 +121,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     )
     logging.info("[%s] teachers: %s", cfg.stage, dirs)
     lr_at = optimizer.schedule(cfg.optim, cfg.train.steps)
-    steps_by_temp: dict[float, Any] = {}
-
-    def step_fn(temperature: float):
-        if temperature not in steps_by_temp:
-            steps_by_temp[temperature] = step_lib.make_train_step(
-                make_loss_fn(cfg, temperature),
-                rt.tx,
-                num_microbatches=cfg.train.num_microbatches,
-                mesh=rt.mesh,
-                rules=rt.rules,
-                state_shardings=rt.state_shardings,
-            )
-        return steps_by_temp[temperature]
+    step_fn = onpolicy.train_steps(cfg, rt, make_loss_fn)
 
     own_eval = evaluation.own_domain_eval(cfg, tok, template, rt)
     start = int(jax.device_get(state.step))
@@ -142,7 +130,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     bar = metrics_lib.Progress(cfg.train.steps, start, cfg.stage, cfg.train.progress)
     key = jax.random.key(cfg.train.seed)
     for step in range(start + 1, cfg.train.steps + 1):
-        phase = rl.phase_at(r, step)
+        phase = onpolicy.phase_at(r, step)
         t0 = time.perf_counter()
         examples = stream.next_batch()
         rollouts = onpolicy.sample_student(
@@ -178,16 +166,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
             rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
         )
         bar.update(1, adv=host["advantage_mean"], len=host["response_len_mean"])
-        if step % cfg.train.log_every == 0 or step == cfg.train.steps:
-            rt.writer.write(step, host)
-        if step % cfg.train.checkpoint_every == 0 and step != cfg.train.steps:
-            rt.manager.save(step, state, stream.get_state())
-        if step % cfg.train.eval_every == 0 and step != cfg.train.steps:
-            ev = own_eval(state.params)
-            rt.writer.write(step, ev)
-            bar.write(
-                f"[{cfg.stage}] step {step}: " + ", ".join(f"{k}={v:.3f}" for k, v in ev.items())
-            )
+        onpolicy.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
     bar.close()
     final = onpolicy.finish(cfg, rt, tok, template, state, stream.get_state(), own_eval)
     rt.close()

@@ -9,8 +9,10 @@ the same, and live here so both stay in step with the cascade.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -20,8 +22,35 @@ from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_li
 from nemocascade.rollout import engine, sampling
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base
-from nemocascade.trainer import loop, prompt_stream
-from nemocascade.trainer.stages import common, evaluation, rl
+from nemocascade.trainer import loop, prompt_stream, step as step_lib
+from nemocascade.trainer.stages import common, evaluation
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """The sampling settings in force at a step (length curriculum)."""
+
+    max_new_tokens: int
+    temperature: float
+
+
+def phase_at(rl: config_lib.RLConfig, step: int) -> Phase:
+    """Curriculum sub-stage of 1-based `step` (the last one extends to the end)."""
+    start = 0
+    for c in rl.curriculum:
+        if step <= start + c.steps:
+            return Phase(c.max_new_tokens, c.temperature)
+        start += c.steps
+    if rl.curriculum:
+        last = rl.curriculum[-1]
+        return Phase(last.max_new_tokens, last.temperature)
+    return Phase(rl.max_new_tokens, rl.temperature)
+
+
+def modes_for(rl: config_lib.RLConfig, n: int) -> list[str]:
+    if rl.mode == "half_half":
+        return ["thinking" if i % 2 == 0 else "instruct" for i in range(n)]
+    return [rl.mode] * n
 
 
 def make_stream(cfg: config_lib.Config, data_state: dict) -> prompt_stream.PromptStream:
@@ -56,7 +85,7 @@ def sample_student(
     template: chat_template.Template,
     params: Any,
     examples: list[tasks_base.Example],
-    phase: rl.Phase,
+    phase: Phase,
     rng: jax.Array,
 ) -> engine.RolloutBatch:
     """`rl.group_size` responses per prompt from the current params, modes per `rl.mode`."""
@@ -67,7 +96,7 @@ def sample_student(
         tok,
         examples,
         group_size=r.group_size,
-        modes=rl.modes_for(r, len(examples)),
+        modes=modes_for(r, len(examples)),
         method=sampling.Sample(temperature=phase.temperature, top_k=r.top_k, top_p=r.top_p),
         max_new_tokens=phase.max_new_tokens,
         rng=rng,
@@ -76,6 +105,50 @@ def sample_student(
         mesh=rt.mesh,
         rules=rules_lib.get_rules("decode"),
     )
+
+
+def train_steps(cfg: config_lib.Config, rt: common.Runtime, make_loss_fn) -> Callable:
+    """temperature → the jitted train step of `make_loss_fn(cfg, temperature)`, built once each.
+
+    The sampling temperature enters the loss (log-probs at the temperature the
+    tokens were drawn with), and a length curriculum may change it mid-stage.
+    """
+    cache: dict[float, Callable] = {}
+
+    def get(temperature: float) -> Callable:
+        if temperature not in cache:
+            cache[temperature] = step_lib.make_train_step(
+                make_loss_fn(cfg, temperature),
+                rt.tx,
+                num_microbatches=cfg.train.num_microbatches,
+                mesh=rt.mesh,
+                rules=rt.rules,
+                state_shardings=rt.state_shardings,
+            )
+        return cache[temperature]
+
+    return get
+
+
+def after_step(
+    cfg: config_lib.Config,
+    rt: common.Runtime,
+    step: int,
+    state: Any,
+    stream: prompt_stream.PromptStream,
+    host: dict,
+    own_eval,
+    bar,
+):
+    """The periodic part of a step: log metrics, checkpoint, own-domain eval."""
+    if step % cfg.train.log_every == 0 or step == cfg.train.steps:
+        rt.writer.write(step, host)
+    if step % cfg.train.checkpoint_every == 0 and step != cfg.train.steps:
+        rt.manager.save(step, state, stream.get_state())
+    if step % cfg.train.eval_every == 0 and step != cfg.train.steps:
+        ev = own_eval(state.params)
+        rt.writer.write(step, ev)
+        bar.write(f"[{cfg.stage}] step {step}: " + ", ".join(f"{k}={v:.3f}" for k, v in ev.items()))
 
 
 def check_finite(cfg: config_lib.Config, rt: common.Runtime, host: dict, step: int):

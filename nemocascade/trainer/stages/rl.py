@@ -10,9 +10,7 @@ group-normalized advantages and a token-mean loss, as in the paper.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 import time
 from typing import Any
 
@@ -20,39 +18,11 @@ import jax
 import numpy as np
 
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
-from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_lib
+from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.losses import kl as kl_lib, policy
-from nemocascade.rollout import engine, sampling
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import forward, loop, prompt_stream, rl_batch, step as step_lib
-from nemocascade.trainer.stages import common, evaluation, rewarders
-
-
-@dataclasses.dataclass(frozen=True)
-class Phase:
-    """The sampling settings in force at a step (length curriculum)."""
-
-    max_new_tokens: int
-    temperature: float
-
-
-def phase_at(rl: config_lib.RLConfig, step: int) -> Phase:
-    """Curriculum sub-stage of 1-based `step` (the last one extends to the end)."""
-    start = 0
-    for c in rl.curriculum:
-        if step <= start + c.steps:
-            return Phase(c.max_new_tokens, c.temperature)
-        start += c.steps
-    if rl.curriculum:
-        last = rl.curriculum[-1]
-        return Phase(last.max_new_tokens, last.temperature)
-    return Phase(rl.max_new_tokens, rl.temperature)
-
-
-def modes_for(rl: config_lib.RLConfig, n: int) -> list[str]:
-    if rl.mode == "half_half":
-        return ["thinking" if i % 2 == 0 else "instruct" for i in range(n)]
-    return [rl.mode] * n
+from nemocascade.trainer import forward, rl_batch
+from nemocascade.trainer.stages import common, evaluation, onpolicy, rewarders
 
 
 def make_loss_fn(cfg: config_lib.Config, temperature: float):
@@ -132,39 +102,9 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     template = chat_template.Template(style=cfg.data.template_style)
     rt = common.setup(cfg, workdir)
     state, data_state, _ = common.init_state(rt)
-    loader = pipelines.rl_prompts(
-        batch_size=1,
-        seed=cfg.train.seed,
-        domains=rl.domains,
-        num_examples=rl.num_prompts,
-        path=cfg.data.jsonl or None,
-        shard_index=jax.process_index(),
-        shard_count=jax.process_count(),
-    )
-    stream = prompt_stream.PromptStream(
-        loader,
-        rl.prompts_per_step // jax.process_count(),
-        epoch_filter=rl.dynamic_filter == "epoch",
-        resample_easy=rl.resample_easy,
-        resample_hard=rl.resample_hard,
-        seed=cfg.train.seed,
-    )
-    if data_state:
-        stream.set_state(data_state)
+    stream = onpolicy.make_stream(cfg, data_state)
     rewarder = rewarders.make(cfg, workdir, rt, tok)
-    steps_by_temp: dict[float, Any] = {}
-
-    def step_fn(temperature: float):
-        if temperature not in steps_by_temp:
-            steps_by_temp[temperature] = step_lib.make_train_step(
-                make_loss_fn(cfg, temperature),
-                rt.tx,
-                num_microbatches=cfg.train.num_microbatches,
-                mesh=rt.mesh,
-                rules=rt.rules,
-                state_shardings=rt.state_shardings,
-            )
-        return steps_by_temp[temperature]
+    step_fn = onpolicy.train_steps(cfg, rt, make_loss_fn)
 
     reference = _Reference(cfg, rt, state.params) if rl.kl_coef > 0 else None
     own_eval = evaluation.own_domain_eval(cfg, tok, template, rt)
@@ -175,24 +115,11 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     bar = metrics_lib.Progress(cfg.train.steps, start, cfg.stage, cfg.train.progress)
     key = jax.random.key(cfg.train.seed)
     for step in range(start + 1, cfg.train.steps + 1):
-        phase = phase_at(rl, step)
+        phase = onpolicy.phase_at(rl, step)
         t0 = time.perf_counter()
         examples = stream.next_batch()
-        method = sampling.Sample(temperature=phase.temperature, top_k=rl.top_k, top_p=rl.top_p)
-        rollouts = engine.sample_groups(
-            state.params,
-            cfg.model,
-            tok,
-            examples,
-            group_size=rl.group_size,
-            modes=modes_for(rl, len(examples)),
-            method=method,
-            max_new_tokens=phase.max_new_tokens,
-            rng=jax.random.fold_in(key, step),
-            template=template,
-            thinking_budget=rl.thinking_budget or None,
-            mesh=rt.mesh,
-            rules=rules_lib.get_rules("decode"),
+        rollouts = onpolicy.sample_student(
+            cfg, rt, tok, template, state.params, examples, phase, jax.random.fold_in(key, step)
         )
         t1 = time.perf_counter()
         scores = rewarder(examples, rollouts)
@@ -218,12 +145,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         state, m = step_fn(phase.temperature)(state, batch, key)
         host = metrics_lib.to_python(m)
         t3 = time.perf_counter()
-        for name in ("loss", "grad_norm"):
-            if not math.isfinite(host[name]):
-                raise loop.NonFiniteError(
-                    f"[{cfg.stage}] {name} is {host[name]} at step {step}; stopping. Last good "
-                    f"checkpoint: step {rt.manager.latest_step()} in {rt.manager.directory}"
-                )
+        onpolicy.check_finite(cfg, rt, host, step)
         lengths = rollouts.lengths
         host.update(prepared.metrics)
         host.update(
@@ -239,24 +161,9 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
             prompts_skipped=stream.skipped,
         )
         bar.update(1, reward=host["reward_mean"], len=host["response_len_mean"])
-        if step % cfg.train.log_every == 0 or step == cfg.train.steps:
-            rt.writer.write(step, host)
-        if step % cfg.train.checkpoint_every == 0 and step != cfg.train.steps:
-            rt.manager.save(step, state, stream.get_state())
-        if step % cfg.train.eval_every == 0 and step != cfg.train.steps:
-            ev = own_eval(state.params)
-            rt.writer.write(step, ev)
-            bar.write(
-                f"[{cfg.stage}] step {step}: " + ", ".join(f"{k}={v:.3f}" for k, v in ev.items())
-            )
+        onpolicy.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
     bar.close()
-    rt.manager.save(cfg.train.steps, state, stream.get_state(), force=True)
-    rt.manager.wait()
-    final = own_eval(state.params)
-    rt.writer.write(cfg.train.steps, final)
-    logging.info("[%s] final: %s", cfg.stage, final)
-    evaluation.write_matrix(cfg, tok, template, rt, state.params)
-    checkpointing.export_params(stage_dir, state.params, {"stage": cfg.stage, **final})
+    final = onpolicy.finish(cfg, rt, tok, template, state, stream.get_state(), own_eval)
     rewarder.close()
     rt.close()
     return final
