@@ -32,8 +32,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.rl.update(
             num_prompts=128,
             curriculum=[
-                {"steps": 15, "max_new_tokens": 128, "temperature": 0.6},
-                {"steps": 15, "max_new_tokens": 160, "temperature": 0.6},
+                {"steps": 12, "max_new_tokens": 128, "temperature": 0.6},
+                {"steps": 12, "max_new_tokens": 160, "temperature": 0.6},
             ],
         )
     else:

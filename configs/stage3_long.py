@@ -20,6 +20,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.update(domains=("code",), mode="thinking", overlong="none", dynamic_filter="batch")
     if size in ("tiny", "small"):
         c.rl.update(max_new_tokens=128, num_prompts=256)
+        # Code rollouts are less peaked than math ones (entropy ~0.1-0.2 vs
+        # ~0.03 nats/token); 5e-5 raised held-out pass@1 12.5% -> 21.9% in 20
+        # steps from the tiny SFT.
+        c.optim.update(lr=5e-5)
     else:
         c.rl.update(max_new_tokens=49_152, temperature=1.0, top_p=0.95)
         c.optim.update(lr=4e-6)

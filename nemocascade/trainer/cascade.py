@@ -49,6 +49,14 @@ def parse_overrides(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def merged_overrides(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """`cascade.defaults` (the size's per-stage settings), then `cascade.set` on top."""
+    out = parse_overrides(str(spec.get("defaults", "")))
+    for stage, fields in parse_overrides(str(spec.get("set", ""))).items():
+        out.setdefault(stage, {}).update(fields)
+    return out
+
+
 def select_teachers(
     domains: Sequence[str], matrices: Mapping[str, Mapping[str, float]]
 ) -> dict[str, str]:
@@ -131,7 +139,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         )
     stages = tuple(filter(None, str(spec.get("stages", "")).split(","))) or ORDERS[order]
     size = spec.get("size", "tiny")
-    overrides = parse_overrides(str(spec.get("set", "")))
+    overrides = merged_overrides(spec)
     tolerance = float(spec.get("forgetting_tolerance", 0.03))
     unknown = [
         s for s in list(stages) + list(overrides) if s not in config_lib.STAGES or s == "cascade"

@@ -75,29 +75,43 @@ def prepare(
     return Prepared(batch, rewards, kept, metrics)
 
 
-def compact(batch: dict[str, np.ndarray], multiple: int) -> dict[str, np.ndarray]:
-    """Drops rows outside the loss and pads the rest to a power-of-two bucket.
+def compact(
+    batch: dict[str, np.ndarray], multiple: int, length_multiple: int = 0
+) -> dict[str, np.ndarray]:
+    """Drops rows outside the loss, pads the rest to a power-of-two bucket, trims padding columns.
 
     A row whose `loss_mask` is all zero (a filtered group, an overlong-filtered
     response) adds nothing to the loss numerator or denominator, so training on
     the kept rows alone gives the same loss and gradient at a fraction of the
     cost. Rows are padded (copies with an all-zero mask and zero advantage) to
     a power of two times `multiple` (micro-batches × batch shards), so the
-    train step compiles for a handful of shapes only. Single-process only: on
-    several hosts each would pick its own bucket.
+    train step compiles for a handful of shapes only.
+
+    With `length_multiple > 0` the trailing columns that are padding in every
+    row (responses shorter than `max_new_tokens`) are cut, keeping a multiple
+    of `length_multiple` columns: attention is causal, so no kept position
+    sees them, and they are outside the loss. Single-process only: on several
+    hosts each would pick its own shapes.
     """
     keep = np.flatnonzero(batch["loss_mask"].sum(axis=1) > 0)
-    n = len(batch["loss_mask"])
+    n, t = batch["loss_mask"].shape
     rows = multiple
     while rows < len(keep):
         rows *= 2
-    if rows >= n:
-        return batch
-    fill = np.full(rows - len(keep), keep[0] if len(keep) else 0)
-    index = np.concatenate([keep, fill]).astype(np.int64)
-    out = {k: v[index] for k, v in batch.items()}
-    out["loss_mask"] = out["loss_mask"].copy()
-    out["loss_mask"][len(keep) :] = 0
-    out["advantages"] = out["advantages"].copy()
-    out["advantages"][len(keep) :] = 0
+    out = dict(batch)
+    if rows < n:
+        fill = np.full(rows - len(keep), keep[0] if len(keep) else 0)
+        index = np.concatenate([keep, fill]).astype(np.int64)
+        out = {k: v[index] for k, v in batch.items()}
+        out["loss_mask"] = out["loss_mask"].copy()
+        out["loss_mask"][len(keep) :] = 0
+        out["advantages"] = out["advantages"].copy()
+        out["advantages"][len(keep) :] = 0
+    if length_multiple > 0:
+        used = np.flatnonzero((out["segment_ids"] > 0).any(axis=0) | (out["loss_mask"] > 0).any(0))
+        width = -(-(int(used[-1]) + 1 if len(used) else 1) // length_multiple) * length_multiple
+        if width < t:
+            out = {
+                k: (v[:, :width] if v.ndim == 2 and v.shape[1] == t else v) for k, v in out.items()
+            }
     return out

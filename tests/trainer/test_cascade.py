@@ -105,3 +105,13 @@ def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
         matrix = json.load(f)
     assert matrix["stage"] == "stage3_long"
     assert "math/thinking/pass@1" in matrix["metrics"]
+
+
+def test_cascade_set_applies_on_top_of_the_size_defaults():
+    spec = cascade_config.get_config("tiny").cascade.to_dict()
+    assert cascade.merged_overrides(spec) == {"rm": {"data.num_examples": 3200}}
+    spec["set"] = "rm.data.num_examples=800;sft.optim.lr=1e-3"
+    assert cascade.merged_overrides(spec) == {
+        "rm": {"data.num_examples": 800},
+        "sft": {"optim.lr": 1e-3},
+    }

@@ -102,3 +102,35 @@ def test_compact_keeps_the_loss_exactly():
             np.testing.assert_allclose(small[0] / small[1], full[0] / full[1], rtol=1e-6)
     # Nothing to drop (or no smaller bucket): the batch is returned as is.
     assert rl_batch.compact(_rollout(4), multiple=4)["loss_mask"].shape == (4, 4)
+
+
+def test_compact_trims_padding_columns_without_changing_log_probs():
+    import flax.linen as nn
+    import jax
+
+    from nemocascade.model import transformer
+    from nemocascade.trainer import forward
+    from tests.trainer.helpers import TOY_MODEL
+
+    rng = np.random.default_rng(1)
+    n, t = 4, 40
+    batch = _rollout(n, t)
+    batch["inputs"] = rng.integers(1, 64, size=(n, t)).astype(np.int32)
+    batch["targets"] = rng.integers(1, 64, size=(n, t)).astype(np.int32)
+    batch["positions"] = np.broadcast_to(np.arange(t, dtype=np.int32), (n, t)).copy()
+    ends = np.array([9, 17, 12, 5])  # last used column of each row
+    used = np.arange(t)[None] <= ends[:, None]
+    batch["segment_ids"] = used.astype(np.int32)
+    batch["loss_mask"] = (used & (np.arange(t)[None] >= 3)).astype(np.int32)
+    batch["advantages"] = rng.normal(size=n).astype(np.float32)
+    out = rl_batch.compact(batch, multiple=4, length_multiple=8)
+    assert out["loss_mask"].shape == (4, 24)  # columns 0..17 used -> 24
+    assert out["advantages"].shape == (4,)
+    params = nn.meta.unbox(transformer.init_params(TOY_MODEL, jax.random.key(0)))
+    full, _ = forward.sequence_logprobs(params, TOY_MODEL, batch)
+    cut, _ = forward.sequence_logprobs(params, TOY_MODEL, out)
+    m = out["loss_mask"] > 0
+    np.testing.assert_allclose(
+        np.asarray(cut)[m], np.asarray(full)[:, :24][m], rtol=1e-5, atol=1e-6
+    )
+    assert batch["loss_mask"].sum() == out["loss_mask"].sum()

@@ -140,7 +140,9 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         stream.record(examples, prepared.rewards.reshape(-1, rl.group_size).mean(-1).tolist())
         train_batch = prepared.batch
         if jax.process_count() == 1:
-            train_batch = rl_batch.compact(train_batch, cfg.train.num_microbatches * batch_shards)
+            train_batch = rl_batch.compact(
+                train_batch, cfg.train.num_microbatches * batch_shards, length_multiple=32
+            )
         batch = rules_lib.put_batch(train_batch, rt.mesh, rt.rules)
         state, m = step_fn(phase.temperature)(state, batch, key)
         host = metrics_lib.to_python(m)
@@ -158,6 +160,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
             train_s=t3 - t2,
             rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
             train_rows=len(train_batch["loss_mask"]),
+            train_len=train_batch["loss_mask"].shape[1],
             prompts_skipped=stream.skipped,
         )
         bar.update(1, reward=host["reward_mean"], len=host["response_len_mean"])
