@@ -17,7 +17,6 @@ import ml_collections
 
 from configs import common
 
-
 # The RM trains on 3,200 pairs here (its own `:tiny` uses 12,800, ~10 min) so
 # that the whole chain fits in about 25 minutes on 2 CPU cores.
 TINY_DEFAULTS = "rm.data.num_examples=3200"
