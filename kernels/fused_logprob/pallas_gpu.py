@@ -20,9 +20,10 @@ to Mosaic GPU otherwise; the Triton backend is deprecated from JAX 0.11).
 
 The backward pass is `chunked_xla.backward` (XLA recompute), via `api.py`.
 
-Hardware status: this kernel has only been executed with `interpret=True` on
-CPU, where it matches the reference. It has never been lowered or run on a GPU,
-so its Triton lowering, shared-memory fit and speed are unverified.
+Hardware status: lowered by Triton and run on one H200 (JAX 0.11.2): it
+matches `chunked_xla`, and with 128 × 128 tiles its forward takes 0.90× and
+forward + backward 0.97× of chunked XLA's time at 16384 × 4096 × 151936 bf16
+(`bench/gpu_device_check.sh`, docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from kernels.fused_logprob import online_softmax
 
-DEFAULT_BLOCK_TOKENS = 64
+DEFAULT_BLOCK_TOKENS = 128
 DEFAULT_BLOCK_VOCAB = 128
 DEFAULT_BLOCK_D = 64
 # Columns per program: V / 4096 partials per token (≈ 600 B/token at V = 151,936)
