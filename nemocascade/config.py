@@ -105,7 +105,8 @@ class RLConfig:
     mode: str = "thinking"  # thinking | instruct | half_half
     group_size: int = 8
     prompts_per_step: int = 8
-    num_prompts: int = 2000  # RL-split prompts per domain
+    num_prompts: int = 2000  # RL-split prompts per domain (times its weight)
+    domain_weights: tuple[float, ...] = ()  # prompt-pool share per domain; () = equal
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -298,6 +299,12 @@ def _validate_rl(r: RLConfig):
         _check(
             dom in tasks_base.DOMAINS, f"config.rl.domains has {dom!r}; valid {tasks_base.DOMAINS}"
         )
+    _check(
+        not r.domain_weights
+        or (len(r.domain_weights) == len(r.domains) and all(w > 0 for w in r.domain_weights)),
+        f"config.rl.domain_weights={r.domain_weights} needs one positive weight per domain "
+        f"of config.rl.domains={r.domains}",
+    )
     _check(r.mode in ("thinking", "instruct", "half_half"), f"config.rl.mode={r.mode!r}")
     _check(r.group_size >= 2, f"config.rl.group_size must be >= 2, got {r.group_size}")
     _check(r.prompts_per_step > 0, "config.rl.prompts_per_step must be > 0")

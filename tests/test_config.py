@@ -39,6 +39,16 @@ def test_bad_teachers_fail_validation(text, message):
         config_lib.from_config_dict(cd)
 
 
+@pytest.mark.parametrize("weights", [(1.0, 2.0), (1.0, 0.0, 1.0, 1.0)])
+def test_domain_weights_need_one_positive_weight_per_domain(weights):
+    cd = mopd_config.get_config("tiny")
+    cd.rl.domain_weights = weights
+    with pytest.raises(config_lib.ConfigError, match=r"config\.rl\.domain_weights"):
+        config_lib.from_config_dict(cd)
+    cd.rl.domain_weights = (4.0, 1.0, 1.0, 1.0)
+    assert config_lib.from_config_dict(cd).rl.domain_weights == (4.0, 1.0, 1.0, 1.0)
+
+
 def test_mopd_configs_validate_with_paper_warmup():
     for size in ("tiny", "8b", "14b"):
         cfg = config_lib.from_config_dict(mopd_config.get_config(size))

@@ -309,16 +309,21 @@ def rl_prompts(
     shard_index: int = 0,
     shard_count: int = 1,
     num_epochs: int | None = None,
+    domain_weights: Sequence[float] = (),
 ) -> Loader:
     """Batches of prompts for RL: each item is `{"epoch": int, "example": Example}`.
 
     Every epoch visits each prompt once, in a fresh order; `batch_size` is per
-    process and a batch may straddle two epochs (each item says which).
+    process and a batch may straddle two epochs (each item says which). A
+    domain's pool holds `num_examples` × its weight in `domain_weights`
+    (default 1 each), so the weights are the domains' shares of every batch.
     """
     if path is not None:
         examples = examples_from_jsonl(path, num_examples)
     else:
-        examples = _task_examples(domains, split, num_examples, seed, difficulty)
+        examples = _task_examples(
+            domains, split, num_examples, seed, difficulty, weights=domain_weights
+        )
     items = _sharded(examples, seed, shard_index, shard_count)
     size = len(items)
     dataset = items.repeat(num_epochs).map_with_index(

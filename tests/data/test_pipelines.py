@@ -201,3 +201,12 @@ def test_rl_prompts_epochs_resume_and_shards():
         for s in range(2)
     ]
     assert not shards[0] & shards[1] and shards[0] | shards[1] == set(epochs[0])
+
+
+def test_rl_prompts_domain_weights_set_each_domains_share():
+    loader = pipelines.rl_prompts(
+        batch_size=4, num_examples=4, domains=("math", "if"), domain_weights=(3.0, 1.0)
+    )
+    assert loader.epoch_size == 16
+    epoch = [i["example"].domain for b in itertools.islice(loader, 4) for i in b]
+    assert epoch.count("math") == 12 and epoch.count("if") == 4

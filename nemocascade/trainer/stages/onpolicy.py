@@ -54,13 +54,15 @@ def modes_for(rl: config_lib.RLConfig, n: int) -> list[str]:
 
 
 def make_stream(cfg: config_lib.Config, data_state: dict) -> prompt_stream.PromptStream:
-    """`rl.prompts_per_step` RL-split prompts of `rl.domains` per step (split over processes)."""
+    """`rl.prompts_per_step` RL-split prompts of `rl.domains` (in `rl.domain_weights`
+    proportions) per step, split over processes."""
     r = cfg.rl
     loader = pipelines.rl_prompts(
         batch_size=1,
         seed=cfg.train.seed,
         domains=r.domains,
         num_examples=r.num_prompts,
+        domain_weights=r.domain_weights,
         path=cfg.data.jsonl or None,
         shard_index=jax.process_index(),
         shard_count=jax.process_count(),
