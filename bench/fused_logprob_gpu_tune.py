@@ -1,6 +1,6 @@
 """GPU tile sweep of the fused log-prob forward (teacher/reference log-probs).
 
-    python bench/fused_logprob_gpu_tune.py [--n=16384 --d=4096 --v=151936]
+    PYTHONPATH=. python bench/fused_logprob_gpu_tune.py [--n=16384 --d=4096 --v=151936]
 
 Times `forward_only=True` of `chunked_xla` and of `pallas_gpu` at several
 `(token_block, vocab_block)` tiles side by side in one run (bf16 inputs) and
@@ -11,23 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import jax
 import jax.numpy as jnp
 
+from bench.fused_logprob_gpu_check import _time
 from kernels.fused_logprob import api
 
 TILES = ((32, 128), (64, 64), (64, 128), (64, 256), (128, 64), (128, 128), (128, 256))
-
-
-def _time(fn, args, repeats=10):
-    jax.block_until_ready(fn(*args))
-    t = time.perf_counter()
-    for _ in range(repeats):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t) / repeats
 
 
 def _forward(impl, tile=(None, None)):
@@ -59,7 +50,7 @@ def main():
     w = (jax.random.normal(k[1], (args.d, args.v)) * args.d**-0.5).astype(jnp.bfloat16)
     t = jax.random.randint(k[2], (args.n,), 0, args.v)
     base_fn = _forward("chunked_xla")
-    base = _time(base_fn, (h, w, t))
+    base = _time(base_fn, (h, w, t), repeats=10)
     ref_lp, _ = base_fn(h, w, t)
     report = {"n": args.n, "d": args.d, "v": args.v, "chunked_xla_s": base}
     print(f"chunked_xla {base * 1e3:.2f} ms")
@@ -67,7 +58,7 @@ def main():
         name = f"pallas_gpu_{tile[0]}x{tile[1]}"
         try:
             fn = _forward("pallas_gpu", tile)
-            s = _time(fn, (h, w, t))
+            s = _time(fn, (h, w, t), repeats=10)
             err = float(jnp.max(jnp.abs(fn(h, w, t)[0] - ref_lp)))
         except Exception as e:  # a tile that does not fit shared memory, say
             print(f"{name}: failed: {type(e).__name__}: {str(e)[:200]}")
