@@ -94,7 +94,7 @@ def compact(
     hosts each would pick its own shapes.
     """
     keep = np.flatnonzero(batch["loss_mask"].sum(axis=1) > 0)
-    n, t = batch["loss_mask"].shape
+    n = batch["loss_mask"].shape[0]
     rows = multiple
     while rows < len(keep):
         rows *= 2
@@ -107,11 +107,18 @@ def compact(
         out["loss_mask"][len(keep) :] = 0
         out["advantages"] = out["advantages"].copy()
         out["advantages"][len(keep) :] = 0
-    if length_multiple > 0:
-        used = np.flatnonzero((out["segment_ids"] > 0).any(axis=0) | (out["loss_mask"] > 0).any(0))
-        width = -(-(int(used[-1]) + 1 if len(used) else 1) // length_multiple) * length_multiple
-        if width < t:
-            out = {
-                k: (v[:, :width] if v.ndim == 2 and v.shape[1] == t else v) for k, v in out.items()
-            }
-    return out
+    return trim_columns(out, length_multiple) if length_multiple > 0 else out
+
+
+def trim_columns(batch: dict[str, np.ndarray], length_multiple: int) -> dict[str, np.ndarray]:
+    """Cuts trailing all-padding columns, keeping a multiple of `length_multiple` columns.
+
+    Attention is causal, so no kept position sees the cut columns, and they
+    are outside the loss. Rows keep their order (per-row side data stays valid).
+    """
+    t = batch["loss_mask"].shape[1]
+    used = np.flatnonzero((batch["segment_ids"] > 0).any(axis=0) | (batch["loss_mask"] > 0).any(0))
+    width = -(-(int(used[-1]) + 1 if len(used) else 1) // length_multiple) * length_multiple
+    if width >= t:
+        return batch
+    return {k: (v[:, :width] if v.ndim == 2 and v.shape[1] == t else v) for k, v in batch.items()}

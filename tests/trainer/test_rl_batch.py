@@ -134,3 +134,9 @@ def test_compact_trims_padding_columns_without_changing_log_probs():
         np.asarray(cut)[m], np.asarray(full)[:, :24][m], rtol=1e-5, atol=1e-6
     )
     assert batch["loss_mask"].sum() == out["loss_mask"].sum()
+    # The distillation batch (no advantages) keeps its rows in order: only columns go.
+    mopd = {k: v for k, v in batch.items() if k != "advantages"}
+    cut_only = rl_batch.trim_columns(mopd, 8)
+    assert set(cut_only) == set(mopd) and cut_only["inputs"].shape == (4, 24)
+    np.testing.assert_array_equal(cut_only["inputs"], batch["inputs"][:, :24])
+    assert rl_batch.trim_columns(mopd, 64) is mopd  # nothing to cut

@@ -28,7 +28,7 @@ from nemocascade import checkpointing, config as config_lib, metrics as metrics_
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.losses import distill
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import forward, optimizer, teachers as teachers_lib
+from nemocascade.trainer import forward, optimizer, rl_batch, teachers as teachers_lib
 from nemocascade.trainer.stages import common, evaluation, onpolicy
 
 TRAIN_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask", "sampler_logprobs")
@@ -138,12 +138,14 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         )
         row_domains = [examples[i].domain for i in rollouts.example_index]
         t1 = time.perf_counter()
-        teacher_bt = teachers.logprobs(rollouts.batch, row_domains, phase.temperature)
-        t2 = time.perf_counter()
         batch = {k: rollouts.batch[k] for k in TRAIN_KEYS}
-        batch["teacher_logprobs"] = teacher_bt
         if r.overlong == "filter":
             batch["loss_mask"] = batch["loss_mask"] * (~rollouts.truncated)[:, None]
+        if jax.process_count() == 1:
+            batch = rl_batch.trim_columns(batch, 32)
+        teacher_bt = teachers.logprobs(batch, row_domains, phase.temperature)
+        t2 = time.perf_counter()
+        batch["teacher_logprobs"] = teacher_bt
         placed = rules_lib.put_batch(batch, rt.mesh, rt.rules)
         state, m = step_fn(phase.temperature)(state, placed, key)
         host = metrics_lib.to_python(m)
