@@ -6,7 +6,7 @@ setuptools.setup(
     name="nemocascade",
     version="0.1.0",
     description="Cascade RL post-training (SFT, RM, RLHF, domain-wise RLVR, MOPD) in JAX/Flax.",
-    packages=setuptools.find_packages(include=["nemocascade*", "kernels*", "configs*"]),
+    packages=setuptools.find_packages(include=["nemocascade*", "configs*"]),
     package_data={"nemocascade": ["data/assets/*.model", "data/assets/*.vocab"]},
     python_requires=">=3.11",
     install_requires=[

@@ -46,7 +46,7 @@ def _worker(args: argparse.Namespace) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from kernels.fused_logprob import api
+    from nemocascade.kernels.fused_logprob import api
 
     k = jax.random.split(jax.random.key(0), 5)
     dtype = jnp.dtype(args.dtype)

@@ -18,7 +18,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from kernels.fused_logprob import api
+from nemocascade.kernels.fused_logprob import api
 
 
 def _loss(impl):

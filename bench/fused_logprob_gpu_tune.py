@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from bench.fused_logprob_gpu_check import _time
-from kernels.fused_logprob import api
+from nemocascade.kernels.fused_logprob import api
 
 TILES = ((32, 128), (64, 64), (64, 128), (64, 256), (128, 64), (128, 128), (128, 256))
 

@@ -12,7 +12,7 @@ import os
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("nemocascade", "kernels", "configs")
+PACKAGES = ("nemocascade", "configs")
 
 
 def library_dirs() -> list[pathlib.Path]:

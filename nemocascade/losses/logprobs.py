@@ -1,7 +1,7 @@
 """Per-token log-probs and entropy of a model's own tokens, via the fused kernel.
 
 This is the only path from hidden states to token probabilities in training:
-it flattens `[B, T, D]` to tokens and calls `kernels.fused_logprob.api`, which
+it flattens `[B, T, D]` to tokens and calls `nemocascade.kernels.fused_logprob.api`, which
 never materializes `[tokens, vocab]` logits on the chunked/Pallas paths.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import jax
 
-from kernels.fused_logprob import api
+from nemocascade.kernels.fused_logprob import api
 
 
 def token_logprobs(

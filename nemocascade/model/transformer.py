@@ -2,7 +2,7 @@
 
 Used functionally: `Transformer(cfg).apply({"params": params}, tokens, ...)`.
 The forward returns hidden states `[B, T, D]`; logits are formed only inside the
-fused log-prob kernel (`kernels/fused_logprob`) from `unembedding(params, cfg)`.
+fused log-prob kernel (`nemocascade/kernels/fused_logprob`) from `unembedding(params, cfg)`.
 """
 
 from __future__ import annotations

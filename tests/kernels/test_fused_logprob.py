@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.fused_logprob import api, chunked_xla, online_softmax, pallas_gpu
+from nemocascade.kernels.fused_logprob import api, chunked_xla, online_softmax, pallas_gpu
 
 N, D, V, VALID = 45, 32, 300, 290
 # Small blocks so every implementation runs several token and vocabulary blocks.

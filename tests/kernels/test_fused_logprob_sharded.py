@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.fused_logprob import api, sharded
+from nemocascade.kernels.fused_logprob import api, sharded
 
 P = jax.P
 N, D, V, VALID, TEMPERATURE = 32, 32, 256, 150, 0.7

@@ -57,7 +57,8 @@ def test_step_identical_across_meshes(kind):
         # Reduction order differs across shards: losses to 1e-5 relative, params
         # (after Adam, which rescales tiny gradients) to 5e-5 absolute.
         np.testing.assert_allclose(losses, base_losses, rtol=1e-5, err_msg=str(shape))
-        chex.assert_trees_all_close(params, base_params, atol=5e-5, rtol=1e-4)
+        # Adam's per-entry scaling: 2% of one lr-sized step (see tests/trainer/test_step.py).
+        chex.assert_trees_all_close(params, base_params, atol=2e-4, rtol=1e-4)
 
 
 def test_greedy_sampler_identical_across_meshes():

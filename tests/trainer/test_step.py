@@ -40,9 +40,11 @@ def test_sharded_2x4_matches_single_device():
     single, p1, _ = _run(cfg, (1, 1, 1), "fsdp", batches, devices=jax.devices()[:1])
     sharded, p8, _ = _run(cfg, (2, 4, 1), "fsdp", batches)
     # f32 reductions run in a different order across shards: losses agree to 1e-5
-    # relative; Adam divides tiny gradients by their own scale, so params to 5e-5.
+    # relative. Adam divides each gradient by its own scale, so an entry whose
+    # gradient is near zero moves by an amount that rounding can change: params
+    # agree to 2e-4, 2% of one lr-sized (1e-2) step; a sharding bug moves whole steps.
     np.testing.assert_allclose(single, sharded, rtol=1e-5)
-    chex.assert_trees_all_close(p1, p8, atol=5e-5, rtol=1e-4)
+    chex.assert_trees_all_close(p1, p8, atol=2e-4, rtol=1e-4)
 
 
 def test_tensor_parallel_matches_single_device():
@@ -51,7 +53,7 @@ def test_tensor_parallel_matches_single_device():
     single, p1, _ = _run(cfg, (1, 1, 1), "fsdp", batches, devices=jax.devices()[:1])
     tp, p8, _ = _run(cfg, (2, 2, 2), "fsdp_tp", batches)
     np.testing.assert_allclose(single, tp, rtol=1e-5)
-    chex.assert_trees_all_close(p1, p8, atol=5e-5, rtol=1e-4)
+    chex.assert_trees_all_close(p1, p8, atol=2e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("micro", [2, 4])

@@ -26,7 +26,13 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from kernels.fused_logprob import chunked_xla, online_softmax, pallas_gpu, pallas_tpu, reference
+from nemocascade.kernels.fused_logprob import (
+    chunked_xla,
+    online_softmax,
+    pallas_gpu,
+    pallas_tpu,
+    reference,
+)
 
 IMPLEMENTATIONS = ("reference", "chunked_xla", "pallas_tpu", "pallas_gpu")
 _DEFAULT_BY_BACKEND = {"cpu": "chunked_xla", "tpu": "pallas_tpu", "gpu": "pallas_gpu"}

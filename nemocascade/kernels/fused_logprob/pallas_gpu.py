@@ -36,7 +36,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from kernels.fused_logprob import online_softmax
+from nemocascade.kernels.fused_logprob import online_softmax
 
 DEFAULT_BLOCK_TOKENS = 128
 DEFAULT_BLOCK_VOCAB = 128

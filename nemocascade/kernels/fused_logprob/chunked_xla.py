@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.fused_logprob import online_softmax
+from nemocascade.kernels.fused_logprob import online_softmax
 
 # A 1024 × 4096 float32 logits tile is 16 MiB: GEMMs large enough to run near
 # peak, few live tiles. It was the fastest of the shapes tried on the CPU bench

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.fused_logprob import api, chunked_xla, online_softmax
+from nemocascade.kernels.fused_logprob import api, chunked_xla, online_softmax
 
 P = jax.sharding.PartitionSpec
 

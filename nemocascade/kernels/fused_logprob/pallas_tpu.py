@@ -34,7 +34,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels.fused_logprob import online_softmax
+from nemocascade.kernels.fused_logprob import online_softmax
 
 DEFAULT_BLOCK_TOKENS = 256
 DEFAULT_BLOCK_VOCAB = 512
