@@ -268,6 +268,11 @@ def validate(cfg: Config) -> Config:
         f"config.train.seq_len={t.seq_len} exceeds model max_seq_len={cfg.model.max_seq_len}",
     )
     _validate_rl(cfg.rl)
+    _check(
+        not (cfg.rl.domain_weights and d.jsonl),
+        "config.rl.domain_weights weights the built-in world's per-domain prompt pools; "
+        "with config.data.jsonl set, mix the domains in the file instead",
+    )
     return cfg
 
 
