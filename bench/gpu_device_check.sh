@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU session: Pallas GPU lowering of the fused log-prob kernel,
 # its agreement with the chunked XLA path, and side-by-side timings, at three
-# sizes. Writes everything to ${OUT:-/tmp}/gpu_check.log.
+# sizes, then the forward tile sweep. Writes everything to ${OUT:-/tmp}/gpu_check.log.
 #
 #     OUT=/tmp/out bash bench/gpu_device_check.sh
 set -u
@@ -17,8 +17,6 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
     echo "=== fused_logprob_gpu_check $args"
     timeout 200 "$py" bench/fused_logprob_gpu_check.py $args || echo "exit status $?"
   done
-} 2>&1 | tee "$out"
-{
   echo "=== fused_logprob_gpu_tune (forward only)"
   timeout 200 "$py" bench/fused_logprob_gpu_tune.py || echo "exit status $?"
-} 2>&1 | tee -a "$out"
+} 2>&1 | tee "$out"
