@@ -15,10 +15,11 @@ traces first try a shorter hypothesis that fails on one example.
 The SFT teacher cuts a corner like scraped solutions that special-case the
 visible tests: in `SFT_HARDCODE_RATE` of its answers it copies the shown
 examples into a lookup (`return 7 if x == 2 else 11 if x == 4 else 15`),
-which passes what the prompt shows and fails the hidden tests. Greedy
-imitation inherits the habit while sampling still writes real programs, so
-code RL with the strict all-tests reward has something to fix; RL and eval
-references are real programs.
+which passes what the prompt shows and fails the hidden tests. The rate is
+just above one half: greedy imitation inherits the habit (the first thinking
+token decides it) while sampling at the RL temperature still writes real
+programs a third of the time, so code RL with the strict all-tests reward has
+one clean decision to flip; RL and eval references are real programs.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Callable
 # (composition depth, largest additive/multiplicative constant, largest modulus)
 LEVELS = {1: (1, 5, 5), 2: (2, 5, 5), 3: (2, 9, 9)}
 SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
-SFT_HARDCODE_RATE = 0.4
+SFT_HARDCODE_RATE = 0.6
 NUM_SHOWN, NUM_TESTS = 3, 6
 
 # Expressions carry their loosest operator so composition adds only needed

@@ -3,14 +3,20 @@
 A request asks for words about a topic and adds IFEval-style constraints:
 exact word count, letter case, separator, a required or forbidden word, a
 fixed prefix or suffix, JSON wrapping `{"answer": "..."}` and a length limit.
-Difficulty = number of constraints. `check` is the gold verifier: it parses
+Every request forbids one topic word and sets the word count; difficulty k
+adds k - 1 other constraints. The reference lists the topic's words in their
+fixed order (its first N words, the last swapped for the required word when
+there is one), so the content is learnable and what a request tests is
+whether every constraint is honoured. `check` is the gold verifier: it parses
 the answer in a fixed order (JSON -> prefix/suffix -> words) and reports each
-constraint. The SFT teacher is sloppy in a systematic way, like real imperfect
-SFT data: when a request has a word count, a suffix or a forbidden word, it
-breaks one of them in `SFT_FORGET_RATE` of its answers (one word too many or
-too few, no suffix, the forbidden word used). Greedy imitation inherits the
-habit while sampling still finds compliant answers, so IF-RL has something
-to fix; RL/eval references are exact.
+constraint. The SFT teacher is sloppy in a systematic way, like real
+imperfect SFT data: in `SFT_FORGET_RATE` of its answers the forbidden word
+takes the place of the last word (the classic "don't mention X" failure),
+every other constraint kept. The rate is just above one half and the slip
+is one two-way choice at a known position (word N), so greedy imitation
+inherits it while sampling at the RL temperature still writes the compliant
+word a third of the time: a clean decision that IF-RL's all-constraints
+reward can flip. RL/eval references are exact.
 """
 
 from __future__ import annotations
@@ -18,9 +24,9 @@ from __future__ import annotations
 import json
 import random
 
-SPLIT_LEVELS = {"sft": (1, 2), "rl": (1, 2, 3), "eval": (1, 2, 3)}
-SFT_FORGET_RATE = 0.5
-FORGOTTEN_KINDS = ("count", "suffix", "exclude")
+SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
+SFT_FORGET_RATE = 0.6
+FORGOTTEN_KINDS = ("exclude",)
 
 TOPICS = {
     "the ocean": "wave salt tide reef fish shore deep blue coral whale",
@@ -168,7 +174,10 @@ def _violate(rng: random.Random, words, constraints, bank, targets) -> str:
         elif kind == "include":
             broken = [w for w in broken if w != c["word"]]
         elif kind == "exclude":
-            broken = broken[:-1] + [c["word"]]
+            # Replace the last word that no include constraint needs.
+            needed = {o.get("word") for o in others if o["kind"] == "include"}
+            i = max(j for j, w in enumerate(broken) if w not in needed)
+            broken[i] = c["word"]
         if kind in ("case", "sep", "prefix", "suffix", "json"):
             text = render(broken, others)
             if kind == "case":
@@ -188,9 +197,14 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
     """Draws one request: (prompt, thinking, answer, meta)."""
     topic = rng.choice(sorted(TOPICS))
     bank = TOPICS[topic].split()
-    kinds = rng.sample(KINDS, difficulty)
+    fixed = ("exclude", "count")
+    kinds = [*fixed, *rng.sample([k for k in KINDS if k not in fixed], difficulty - 1)]
+    rng.shuffle(kinds)
     n = rng.randint(3, 5)
-    words = rng.sample(bank, n)
+    # Required and forbidden words come from the tail of the bank, which no
+    # reference list reaches on its own.
+    tail = rng.sample(bank[5:], 2)
+    words = bank[:n] if "include" not in kinds else [*bank[: n - 1], tail[0]]
     constraints: list[dict] = []
     for kind in kinds:
         c: dict = {"kind": kind}
@@ -201,9 +215,9 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
         elif kind == "sep":
             c["sep"] = rng.choice(SEPARATORS)
         elif kind == "include":
-            c["word"] = rng.choice(words)
+            c["word"] = tail[0]
         elif kind == "exclude":
-            c["word"] = rng.choice([w for w in bank if w not in words])
+            c["word"] = tail[1]
         elif kind in ("prefix", "suffix"):
             c["text"] = rng.choice(PREFIXES if kind == "prefix" else SUFFIXES)
         constraints.append(c)

@@ -36,11 +36,11 @@ import random
 LEVELS = {
     1: (2, 2, 2),
     2: (2, 3, 3),
-    3: (3, 2, 3),
+    3: (3, 2, 2),
 }
 SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
-SFT_FORGET_BORROW = 0.6
-SUB_SHARE = 0.6  # chance that an operation is a subtraction (before the sign check)
+SFT_FORGET_BORROW = 0.55
+SUB_SHARE = 0.75  # chance that an operation is a subtraction (before the sign check)
 
 
 def _digits(n: int, width: int) -> list[int]:

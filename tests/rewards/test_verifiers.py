@@ -3,7 +3,7 @@
 import pytest
 
 from nemocascade.rewards import base, registry
-from nemocascade.tasks import base as tasks_base, registry as tasks_registry
+from nemocascade.tasks import base as tasks_base, instruction, registry as tasks_registry
 
 MATH = tasks_base.Example("m", "math", 1, "Compute 347 + 58.", "", "\\boxed{405}", {"gold": 405})
 
@@ -138,7 +138,8 @@ def test_if_sft_answers_are_imperfect_as_intended():
     verifier = registry.for_domain("if")
     examples = tasks_registry.generate("if", "sft", 500, seed=1)
     rate = sum(verifier(e.prompt, e.answer, e).score for e in examples) / len(examples)
-    assert 0.6 <= rate <= 0.85
+    # Every request has a forbidden word, slipped in at SFT_FORGET_RATE.
+    assert abs(rate - (1 - instruction.SFT_FORGET_RATE)) < 0.06
     for e in tasks_registry.generate("if", "rl", 200, seed=1):
         assert verifier(e.prompt, e.answer, e).score == 1.0
 

@@ -74,4 +74,6 @@ def test_prompt_lists_every_constraint():
     for e in registry.generate("if", "eval", 50, seed=0):
         for c in e.meta["constraints"]:
             assert instruction.describe(c) in e.prompt
-        assert len(e.meta["constraints"]) == e.difficulty
+        kinds = [c["kind"] for c in e.meta["constraints"]]
+        assert len(kinds) == e.difficulty + 1
+        assert "exclude" in kinds and "count" in kinds
