@@ -10,13 +10,13 @@ there is one), so the content is learnable and what a request tests is
 whether every constraint is honoured. `check` is the gold verifier: it parses
 the answer in a fixed order (JSON -> prefix/suffix -> words) and reports each
 constraint. The SFT teacher is sloppy in a systematic way, like real
-imperfect SFT data: in `SFT_FORGET_RATE` of its answers the forbidden word
-takes the place of the last word (the classic "don't mention X" failure),
-every other constraint kept. The rate is just above one half and the slip
-is one two-way choice at a known position (word N), so greedy imitation
-inherits it while sampling at the RL temperature still writes the compliant
-word a third of the time: a clean decision that IF-RL's all-constraints
-reward can flip. RL/eval references are exact.
+imperfect SFT data: in `SFT_FORGET_RATE` of its answers it runs one word
+past the requested count (the topic's next word), every other constraint
+kept. The rate is just above one half and the slip is one two-way choice at
+a known position (stop after word N, or go on), so greedy imitation
+inherits it while sampling at the RL temperature still stops in time about
+a third of the time: a clean decision that IF-RL's all-constraints reward
+can flip. RL/eval references are exact.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import random
 
 SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
 SFT_FORGET_RATE = 0.6
-FORGOTTEN_KINDS = ("exclude",)
+FORGOTTEN_KINDS = ("count",)
 
 TOPICS = {
     "the ocean": "wave salt tide reef fish shore deep blue coral whale",
@@ -170,7 +170,7 @@ def _violate(rng: random.Random, words, constraints, bank, targets) -> str:
         kind, broken = c["kind"], list(words)
         if kind == "count":
             extra = [w for w in bank if w not in broken and all(w != o.get("word") for o in others)]
-            broken = broken[:-1] if len(broken) > 2 and rng.random() < 0.5 else broken + extra[:1]
+            broken = broken + extra[:1]
         elif kind == "include":
             broken = [w for w in broken if w != c["word"]]
         elif kind == "exclude":
