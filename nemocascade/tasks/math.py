@@ -39,7 +39,7 @@ LEVELS = {
     3: (3, 2, 2),
 }
 SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
-SFT_FORGET_BORROW = 0.65
+SFT_FORGET_BORROW = 0.6
 SUB_SHARE = 0.75  # chance that an operation is a subtraction (before the sign check)
 
 
