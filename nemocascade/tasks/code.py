@@ -18,7 +18,7 @@ examples into a lookup (`return 7 if x == 2 else 11 if x == 4 else 15`),
 which passes what the prompt shows and fails the hidden tests. The rate is
 just above one half: greedy imitation inherits the habit (the first thinking
 token decides it) while sampling at the RL temperature still writes real
-programs a third of the time, so code RL with the strict all-tests reward has
+programs about half the time, so code RL with the strict all-tests reward has
 one clean decision to flip; RL and eval references are real programs.
 """
 
