@@ -4,8 +4,10 @@
 
 Measures, in one run: (1) the peak FLOP/s of a large jitted f32 matmul on
 this machine, (2) the model FLOP/s of the SFT train step (forward + backward
-+ AdamW) for the preset, (3) their ratio, "MFU vs measured peak". Ends with
-one JSON line of headline figures.
++ AdamW) for the preset, (3) their ratio, "MFU vs measured peak", and (4)
+the same step with the other layer layout (`nn.scan` over stacked layers vs
+unrolled), with the speed ratio of the two. Ends with one JSON line of
+headline figures.
 """
 
 from __future__ import annotations
@@ -43,8 +45,12 @@ def peak_matmul_flops(n: int = 2048, repeats: int = 5) -> float:
     return 2 * n**3 / _time(lambda: mm(a, b), repeats)
 
 
-def train_step_flops(preset: str, batch: int, seq_len: int, impl: str, repeats: int):
+def train_step_flops(
+    preset: str, batch: int, seq_len: int, impl: str, repeats: int, scan_layers: bool | None = None
+):
     model = presets.get_preset(preset)
+    if scan_layers is not None:
+        model = dataclasses.replace(model, scan_layers=scan_layers)
     cfg = config_lib.Config(stage="sft", model=model)
     cfg = dataclasses.replace(
         cfg,
@@ -96,6 +102,10 @@ def main():
     tps, flops, nparams = train_step_flops(
         args.preset, args.batch, args.seq_len, args.impl, args.repeats
     )
+    scan = presets.get_preset(args.preset).scan_layers
+    other, _, _ = train_step_flops(
+        args.preset, args.batch, args.seq_len, args.impl, args.repeats, scan_layers=not scan
+    )
     peak_after = peak_matmul_flops(repeats=args.repeats)  # bracket the step: the machine is shared
     peak = max(peak, peak_after)
     print(
@@ -106,6 +116,9 @@ def main():
     print(f"  tokens/s                : {tps:8.0f}")
     print(f"  model FLOP/s            : {flops / 1e9:8.1f} GFLOP/s")
     print(f"  MFU vs measured peak    : {flops / peak:8.3f}")
+    layout = {True: "scanned", False: "unrolled"}
+    print(f"  {'tokens/s, ' + layout[not scan]:24s}: {other:8.0f}")
+    print(f"  {'speed ' + layout[scan] + '/' + layout[not scan]:24s}: {tps / other:8.2f}x")
     print(
         json.dumps(
             {
@@ -114,6 +127,8 @@ def main():
                 "model_flops_per_s": round(flops, 1),
                 "peak_matmul_flops_per_s": round(peak, 1),
                 "mfu_vs_measured_peak": round(flops / peak, 3),
+                "scan_layers": scan,
+                "speed_vs_other_layout": round(tps / other, 3),
             }
         )
     )

@@ -56,6 +56,9 @@ class TrainConfig:
     keep_checkpoints: int = 2
     logprob_impl: str = ""  # "" = pick by platform
     progress: bool = True
+    # Persistent XLA compilation cache: "auto" = WORKDIR/jax_cache (shared by a
+    # cascade's stages and by reruns), "" = off, else a directory.
+    compilation_cache: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
