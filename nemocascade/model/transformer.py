@@ -7,6 +7,7 @@ fused log-prob kernel (`nemocascade/kernels/fused_logprob`) from `unembedding(pa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -146,7 +147,26 @@ CACHE_LOGICAL_AXES = {
 
 
 def init_params(cfg: presets.ModelConfig, rng: jax.Array, seq_len: int = 8):
-    """Boxed (logically partitioned) params; unbox with `nn.meta.unbox`."""
+    """Boxed (logically partitioned) params; unbox with `nn.meta.unbox`.
+
+    The values do not depend on `cfg.scan_layers`: unrolled layers get the
+    slices of the scanned init, so both layouts start from the same weights.
+    """
     tokens = jnp.zeros((1, seq_len), jnp.int32)
     positions = jnp.arange(seq_len, dtype=jnp.int32)[None]
-    return Transformer(cfg).init(rng, tokens, positions)["params"]
+
+    def init(c):
+        return Transformer(c).init(rng, tokens, positions)["params"]
+
+    if cfg.scan_layers:
+        return init(cfg)
+    boxed = init(cfg)  # unrolled boxes (per-layer logical axes); values replaced below
+    values = dict(nn.meta.unbox(init(dataclasses.replace(cfg, scan_layers=True))))
+    stacked = values.pop("layers")
+    for i in range(cfg.num_layers):
+        values[f"layer_{i}"] = jax.tree.map(lambda x, i=i: x[i], stacked)
+
+    def fill(box, value):
+        return box.replace_boxed(value) if isinstance(box, nn.meta.AxisMetadata) else value
+
+    return jax.tree.map(fill, boxed, values, is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))

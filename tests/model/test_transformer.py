@@ -88,6 +88,29 @@ def test_cached_decode_equals_full_forward(params, scan):
     np.testing.assert_allclose(jnp.concatenate(outs, axis=1), full, atol=1e-5)
 
 
+def test_unrolled_layers_start_from_the_scanned_init(params):
+    """Both layouts draw the same weights: unrolled layer i is slice i of the scanned stack."""
+    assert CFG.scan_layers
+    cfg = dataclasses.replace(CFG, scan_layers=False)
+    boxed = transformer.init_params(cfg, jax.random.key(0))
+    unrolled = nn.meta.unbox(boxed)
+    assert "layers" not in unrolled and len(unrolled) == len(params) + CFG.num_layers - 1
+    for i in range(CFG.num_layers):
+        jax.tree.map(
+            lambda u, s, i=i: np.testing.assert_array_equal(u, s[i]),
+            unrolled[f"layer_{i}"],
+            params["layers"],
+        )
+    np.testing.assert_array_equal(unrolled["embed"]["embedding"], params["embed"]["embedding"])
+    # The per-layer boxes keep their own logical axes (no "layers" axis).
+    spec = nn.get_partition_spec(boxed)["layer_0"]["mlp"]["up_proj"]["kernel"]
+    assert tuple(spec) == ("embed", "mlp")
+    tokens = jax.random.randint(jax.random.key(5), (2, 9), 0, CFG.vocab_size)
+    np.testing.assert_allclose(
+        _forward(unrolled, tokens, cfg=cfg), _forward(params, tokens), atol=1e-5
+    )
+
+
 def test_param_count_matches_preset_formula(params):
     assert sum(x.size for x in jax.tree.leaves(params)) == CFG.num_params
 
