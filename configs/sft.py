@@ -3,10 +3,11 @@
     python -m nemocascade.main --config=configs/sft.py:tiny --workdir=/tmp/nc
 
 `:tiny` on 2 CPU cores: ~1.8M-parameter model, 400 steps of 16 × 256 packed
-tokens (1.2–1.9 s each, by the machine's load) in 9–13 minutes; held-out
-loss falls from ~6.9 to ~0.3. The domain mix leans on math (weights math 3.0, code 1.2, if 1.6,
-chat 0.4 × 6000 examples): the column-by-column traces are what make thinking
-mode beat instruct mode, and they need the most tokens to learn.
+tokens (1.1 s each on an idle machine, up to 1.9 s under load), about 8
+minutes; held-out loss falls from ~6.9 to ~0.3. The domain mix leans on math
+(weights math 3.0, code 1.2, if 1.6, chat 0.4 × 6000 examples): the
+column-by-column traces are what make thinking mode beat instruct mode, and
+they need the most tokens to learn.
 Paper (C1 Table 14): batch 256, lr 5e-5 cosine to 0, AdamW β=(0.9, 0.95),
 weight decay 1e-4 (`:8b`, `:14b`).
 """

@@ -87,6 +87,10 @@ class EvalConfig:
     batch_size: int = 64
     domains: tuple[str, ...] = tasks_base.DOMAINS
     modes: tuple[str, ...] = tasks_base.MODES
+    # On-policy stages: > 0 checks the domains outside `rl.domains` at every
+    # `train.eval_every` against the stage's start (stages/guard.py).
+    guard_tolerance: float = 0.0
+    guard_stop: bool = False  # stop at a drop; finish with the last passing params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +253,14 @@ def validate(cfg: Config) -> Config:
     _check(
         t.log_every > 0 and t.eval_every > 0 and t.checkpoint_every > 0,
         "config.train.log_every/eval_every/checkpoint_every must be > 0",
+    )
+    _check(
+        cfg.eval.guard_tolerance >= 0,
+        f"config.eval.guard_tolerance must be >= 0, got {cfg.eval.guard_tolerance}",
+    )
+    _check(
+        not cfg.eval.guard_stop or cfg.eval.guard_tolerance > 0,
+        "config.eval.guard_stop needs config.eval.guard_tolerance > 0",
     )
     for dom in d.domains:
         _check(

@@ -26,6 +26,8 @@ ORDERS = {
     "c1": ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long"),
     "c2": ("sft", "stage1_short", "stage2_medium", "mopd", "rm", "rlhf", "stage3_long"),
 }
+# On-policy stages, which can run the in-stage forgetting guard (stages/guard.py).
+_ON_POLICY = {"rlhf", "stage1_short", "stage2_medium", "stage3_long", "mopd"}
 # Stages that do not continue the policy chain: they start from SFT and hand
 # nothing on (the RM is read by RLHF through `rl.rm_from`).
 _SIDE_STAGES = {"rm"}
@@ -50,8 +52,18 @@ def parse_overrides(text: str) -> dict[str, dict[str, Any]]:
 
 
 def merged_overrides(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """`cascade.defaults` (the size's per-stage settings), then `cascade.set` on top."""
+    """`cascade.defaults` (the size's per-stage settings), then `cascade.set` on top.
+
+    With `cascade.stop_on_forgetting` every on-policy stage also gets the
+    in-stage guard at `cascade.forgetting_tolerance` (before `cascade.set`).
+    """
     out = parse_overrides(str(spec.get("defaults", "")))
+    if spec.get("stop_on_forgetting", False):
+        tolerance = float(spec.get("forgetting_tolerance", 0.03))
+        for stage in _ON_POLICY:
+            out.setdefault(stage, {}).update(
+                {"eval.guard_tolerance": tolerance, "eval.guard_stop": True}
+            )
     for stage, fields in parse_overrides(str(spec.get("set", ""))).items():
         out.setdefault(stage, {}).update(fields)
     return out

@@ -153,6 +153,13 @@ def after_step(
         bar.write(f"[{cfg.stage}] step {step}: " + ", ".join(f"{k}={v:.3f}" for k, v in ev.items()))
 
 
+def guard_stops(cfg: config_lib.Config, guard, step: int, state: Any, stream) -> bool:
+    """At an eval step (and the last), the forgetting guard's verdict: True = stop here."""
+    if step % cfg.train.eval_every and step != cfg.train.steps:
+        return False
+    return guard.check(step, state, stream.get_state())
+
+
 def check_finite(cfg: config_lib.Config, rt: common.Runtime, host: dict, step: int):
     """Stops the stage on a NaN/Inf loss or gradient norm, naming the last good checkpoint."""
     for name in ("loss", "grad_norm"):

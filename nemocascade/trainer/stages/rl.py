@@ -22,7 +22,7 @@ from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.losses import kl as kl_lib, policy
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer import forward, rl_batch
-from nemocascade.trainer.stages import common, evaluation, onpolicy, rewarders
+from nemocascade.trainer.stages import common, evaluation, guard as guard_lib, onpolicy, rewarders
 
 
 def make_loss_fn(cfg: config_lib.Config, temperature: float):
@@ -112,6 +112,9 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     start = int(jax.device_get(state.step))
     if start == 0:
         rt.writer.write(0, own_eval(state.params))
+    guard = guard_lib.ForgettingGuard(cfg, rt, tok, template) if cfg.eval.guard_tolerance else None
+    if guard is not None:
+        guard.start(state, stream.get_state())
     bar = metrics_lib.Progress(cfg.train.steps, start, cfg.stage, cfg.train.progress)
     key = jax.random.key(cfg.train.seed)
     for step in range(start + 1, cfg.train.steps + 1):
@@ -165,8 +168,13 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         )
         bar.update(1, reward=host["reward_mean"], len=host["response_len_mean"])
         onpolicy.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
+        if guard is not None and onpolicy.guard_stops(cfg, guard, step, state, stream):
+            state = guard.restore_last_passing(step)
+            break
     bar.close()
     final = onpolicy.finish(cfg, rt, tok, template, state, stream.get_state(), own_eval)
+    if guard is not None:
+        guard.close()
     rewarder.close()
     rt.close()
     return final

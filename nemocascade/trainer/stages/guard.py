@@ -1,0 +1,136 @@
+"""In-stage forgetting guard: the cells a stage does not train must not drop.
+
+With `eval.guard_tolerance > 0` an on-policy stage evaluates every domain ×
+mode outside its own `rl.domains` (the eval matrix's pass@1 / chat gold) on
+its starting params, and again at every `train.eval_every`. A cell more than
+the tolerance below its starting value is logged as a WARNING; with
+`eval.guard_stop` the stage stops there and finishes (own eval, eval matrix,
+export) with the params of the last eval that respected the guard, kept in
+`<stage>/checkpoints_guard`. The starting values are written to
+`<stage>/guard_baseline.json`, so a resumed stage compares against the same
+numbers. (The cascade's report compares whole stages with the best earlier
+value of each cell; this guard acts inside a stage.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nemocascade import checkpointing, config as config_lib
+from nemocascade.evaluation import matrix, report
+from nemocascade.sharding import rules as rules_lib
+from nemocascade.trainer.stages import common
+
+
+def drops(
+    baseline: Mapping[str, float], now: Mapping[str, float], tolerance: float
+) -> dict[str, tuple[float, float]]:
+    """{cell: (baseline, now)} for every cell more than `tolerance` below its baseline."""
+    return {
+        k: (baseline[k], now[k]) for k in baseline if k in now and now[k] < baseline[k] - tolerance
+    }
+
+
+def guarded_domains(cfg: config_lib.Config) -> tuple[str, ...]:
+    """The eval domains the stage does not train on."""
+    return tuple(d for d in cfg.eval.domains if d not in cfg.rl.domains)
+
+
+class ForgettingGuard:
+    """Checks the untrained cells at each eval; remembers the last params that passed."""
+
+    def __init__(self, cfg: config_lib.Config, rt: common.Runtime, tok, template):
+        self._cfg, self._rt = cfg, rt
+        self._tol = cfg.eval.guard_tolerance
+        self._domains = guarded_domains(cfg)
+        self._evaluate: Callable[[Any], dict[str, float]] = lambda params: matrix.evaluate(
+            params,
+            cfg.model,
+            tok,
+            domains=self._domains,
+            modes=cfg.eval.modes,
+            num_per_domain=cfg.eval.num_per_domain,
+            max_new_tokens=cfg.eval.max_new_tokens,
+            thinking_budget=cfg.eval.thinking_budget,
+            batch_size=cfg.eval.batch_size,
+            template=template,
+            mesh=rt.mesh,
+            rules=rules_lib.get_rules("decode"),
+        )
+        self._path = os.path.join(rt.stage_dir, "guard_baseline.json")
+        self._manager = checkpointing.Manager(
+            os.path.join(rt.stage_dir, "checkpoints_guard"), keep=1, async_save=False
+        )
+        self.baseline: dict[str, float] | None = None
+        if os.path.exists(self._path):
+            with open(self._path) as f:
+                self.baseline = json.load(f)
+
+    @property
+    def active(self) -> bool:
+        return bool(self._domains)
+
+    def _cells(self, params) -> dict[str, float]:
+        metrics = self._evaluate(params)
+        keys = [report.headline_key(d, m) for d in self._domains for m in self._cfg.eval.modes]
+        return {k: metrics[k] for k in keys if k in metrics}
+
+    def start(self, state: Any, data_state: dict) -> None:
+        """Baseline of the starting params (once per stage) and the first passing state."""
+        if not self.active or self.baseline is not None:
+            return
+        self.baseline = self._cells(state.params)
+        with open(self._path, "w") as f:
+            json.dump(self.baseline, f, indent=1, sort_keys=True)
+        self._manager.save(int(state.step), state, data_state, force=True)
+        logging.info(
+            "[%s] forgetting guard on %s (tolerance %.3f): %s",
+            self._cfg.stage,
+            ",".join(self._domains),
+            self._tol,
+            ", ".join(f"{k}={v:.3f}" for k, v in sorted(self.baseline.items())),
+        )
+
+    def check(self, step: int, state: Any, data_state: dict) -> bool:
+        """Evaluates the guarded cells; True when the stage should stop here."""
+        if not self.active:
+            return False
+        now = self._cells(state.params)
+        self._rt.writer.write(step, {f"guard/{k}": v for k, v in now.items()})
+        dropped = drops(self.baseline or {}, now, self._tol)
+        if not dropped:
+            if self._manager.latest_step() != step:  # a resumed stage may pass a step twice
+                self._manager.save(step, state, data_state, force=True)
+            return False
+        for k, (was, is_) in sorted(dropped.items()):
+            logging.warning(
+                "[%s] FORGETTING at step %d: %s dropped from %.3f (stage start) to %.3f "
+                "(tolerance %.3f)",
+                self._cfg.stage,
+                step,
+                k,
+                was,
+                is_,
+                self._tol,
+            )
+        return self._cfg.eval.guard_stop
+
+    def restore_last_passing(self, stopped_at: int) -> Any:
+        """The train state of the last eval that respected the guard (logged, recorded)."""
+        kept = self._manager.latest_step()
+        state, _ = self._manager.restore(self._rt.abstract_state, kept)
+        logging.warning(
+            "[%s] forgetting guard stopped the stage at step %d; finishing with step %d",
+            self._cfg.stage,
+            stopped_at,
+            kept,
+        )
+        self._rt.writer.write(stopped_at, {"guard/stopped_at": stopped_at, "guard/kept_step": kept})
+        return state
+
+    def close(self) -> None:
+        self._manager.close()
