@@ -262,6 +262,10 @@ def validate(cfg: Config) -> Config:
         not cfg.eval.guard_stop or cfg.eval.guard_tolerance > 0,
         "config.eval.guard_stop needs config.eval.guard_tolerance > 0",
     )
+    _check(
+        not cfg.eval.guard_tolerance or cfg.eval.num_per_domain > 0,
+        "config.eval.guard_tolerance > 0 needs config.eval.num_per_domain > 0 (the guard's eval)",
+    )
     for dom in d.domains:
         _check(
             dom in tasks_base.DOMAINS,

@@ -108,8 +108,8 @@ PRESETS: dict[str, ModelConfig] = {
         d_ff=512,
         qk_norm=True,
         max_seq_len=512,
-        # Four layers unrolled: XLA on CPU runs the train step ~10% faster
-        # than the scanned block (bench/train_throughput.py --preset=tiny).
+        # Four layers unrolled: XLA on CPU runs the train step 1.17x as fast
+        # as the scanned block (bench/train_throughput.py --preset=tiny).
         scan_layers=False,
     ),
     "small": ModelConfig(

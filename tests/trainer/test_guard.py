@@ -29,7 +29,11 @@ def _guarded_config(stop: bool, steps: int = 3):
             cfg,
             train=dataclasses.replace(cfg.train, steps=steps, eval_every=1),
             eval=dataclasses.replace(
-                cfg.eval, domains=("math", "if"), guard_tolerance=0.05, guard_stop=stop
+                cfg.eval,
+                domains=("math", "if"),
+                num_per_domain=2,
+                guard_tolerance=0.05,
+                guard_stop=stop,
             ),
         )
     )
@@ -86,12 +90,15 @@ def test_guard_watches_only_the_domains_the_stage_does_not_train():
     assert guard_lib.guarded_domains(cfg) == ("if",)
 
 
-def test_guard_stop_needs_a_tolerance():
+def test_guard_stop_needs_a_tolerance_and_an_eval():
     cfg = test_rl_stage.toy_rl_config("stage1_short")
     with pytest.raises(config_lib.ConfigError, match="guard_tolerance"):
         config_lib.validate(
             dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, guard_stop=True))
         )
+    no_eval = dataclasses.replace(cfg.eval, guard_tolerance=0.03, num_per_domain=0)
+    with pytest.raises(config_lib.ConfigError, match="num_per_domain"):
+        config_lib.validate(dataclasses.replace(cfg, eval=no_eval))
 
 
 def test_cascade_stop_on_forgetting_turns_the_guard_on_for_on_policy_stages():

@@ -20,6 +20,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
+
 from nemocascade import checkpointing, config as config_lib
 from nemocascade.evaluation import matrix, report
 from nemocascade.sharding import rules as rules_lib
@@ -84,8 +86,9 @@ class ForgettingGuard:
         if not self.active or self.baseline is not None:
             return
         self.baseline = self._cells(state.params)
-        with open(self._path, "w") as f:
-            json.dump(self.baseline, f, indent=1, sort_keys=True)
+        if jax.process_index() == 0:
+            with open(self._path, "w") as f:
+                json.dump(self.baseline, f, indent=1, sort_keys=True)
         self._manager.save(int(state.step), state, data_state, force=True)
         logging.info(
             "[%s] forgetting guard on %s (tolerance %.3f): %s",
