@@ -46,16 +46,14 @@ def own_domain_eval(cfg: config_lib.Config, tok, template, rt):
     return evaluate
 
 
-def write_matrix(cfg: config_lib.Config, tok, template, rt, params) -> dict[str, float]:
-    """Every domain × mode; written to `<stage_dir>/eval_matrix.json`."""
+def matrix_cells(cfg: config_lib.Config, tok, template, rt, params, domains) -> dict[str, float]:
+    """The eval matrix (settings of `cfg.eval`, both its modes) restricted to `domains`."""
     e = cfg.eval
-    if e.num_per_domain <= 0:
-        return {}
-    metrics = matrix.evaluate(
+    return matrix.evaluate(
         params,
         cfg.model,
         tok,
-        domains=e.domains,
+        domains=domains,
         modes=e.modes,
         num_per_domain=e.num_per_domain,
         max_new_tokens=e.max_new_tokens,
@@ -65,6 +63,13 @@ def write_matrix(cfg: config_lib.Config, tok, template, rt, params) -> dict[str,
         mesh=rt.mesh,
         rules=rules_lib.get_rules("decode"),
     )
+
+
+def write_matrix(cfg: config_lib.Config, tok, template, rt, params) -> dict[str, float]:
+    """Every domain × mode; written to `<stage_dir>/eval_matrix.json`."""
+    if cfg.eval.num_per_domain <= 0:
+        return {}
+    metrics = matrix_cells(cfg, tok, template, rt, params, cfg.eval.domains)
     if jax.process_index() == 0:
         matrix.write(os.path.join(rt.stage_dir, "eval_matrix.json"), cfg.stage, metrics)
     logging.info(

@@ -17,15 +17,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 
 from nemocascade import checkpointing, config as config_lib
-from nemocascade.evaluation import matrix, report
-from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer.stages import common
+from nemocascade.evaluation import report
+from nemocascade.trainer.stages import common, evaluation
 
 
 def drops(
@@ -49,20 +48,7 @@ class ForgettingGuard:
         self._cfg, self._rt = cfg, rt
         self._tol = cfg.eval.guard_tolerance
         self._domains = guarded_domains(cfg)
-        self._evaluate: Callable[[Any], dict[str, float]] = lambda params: matrix.evaluate(
-            params,
-            cfg.model,
-            tok,
-            domains=self._domains,
-            modes=cfg.eval.modes,
-            num_per_domain=cfg.eval.num_per_domain,
-            max_new_tokens=cfg.eval.max_new_tokens,
-            thinking_budget=cfg.eval.thinking_budget,
-            batch_size=cfg.eval.batch_size,
-            template=template,
-            mesh=rt.mesh,
-            rules=rules_lib.get_rules("decode"),
-        )
+        self._tok, self._template = tok, template
         self._path = os.path.join(rt.stage_dir, "guard_baseline.json")
         self._manager = checkpointing.Manager(
             os.path.join(rt.stage_dir, "checkpoints_guard"), keep=1, async_save=False
@@ -77,7 +63,9 @@ class ForgettingGuard:
         return bool(self._domains)
 
     def _cells(self, params) -> dict[str, float]:
-        metrics = self._evaluate(params)
+        metrics = evaluation.matrix_cells(
+            self._cfg, self._tok, self._template, self._rt, params, self._domains
+        )
         keys = [report.headline_key(d, m) for d in self._domains for m in self._cfg.eval.modes]
         return {k: metrics[k] for k in keys if k in metrics}
 
