@@ -11,6 +11,11 @@ log r = log π_ref − log π_θ:
 Used as loss terms their on-policy gradients differ: ∇k1 = ∇log π_θ has zero
 mean; ∇k2 has mean ∇KL(π_θ‖π_ref); ∇k3 has mean ∇KL(π_ref‖π_θ). The recipe
 uses no KL except C2 RLHF (coefficient 0.03, estimator unspecified).
+
+Two constants keep the estimate finite when the policy drifts far from the
+reference (as verl does): log r is clipped to ±`LOG_RATIO_CLAMP` = 10 before
+any estimator, and k3 itself to ±`K3_BOUND` = 10 after it is computed — without
+the bound a log-ratio of 10 alone gives e¹⁰ − 11 ≈ 22,015 per token.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import jax.numpy as jnp
 from nemocascade.losses import policy
 
 KINDS = ("k1", "k2", "k3")
+LOG_RATIO_CLAMP = 10.0
+K3_BOUND = 10.0
 
 
 def kl_estimate(
@@ -28,14 +35,16 @@ def kl_estimate(
     ref_logp_bt: jax.Array,
     *,
     kind: str = "k3",
-    clamp: float | None = 10.0,
+    clamp: float | None = LOG_RATIO_CLAMP,
+    bound: float | None = K3_BOUND,
 ) -> jax.Array:
     """Per-token KL(π_θ‖π_ref) estimate (float32, same shape as the inputs).
 
     The log-ratio log r = log π_ref − log π_θ is clipped to [−clamp, clamp]
     first (clamp=None disables), which keeps exp(log r) in k3 finite when the
-    policy drifts far from the reference; the gradient is 0 where the clamp
-    binds.
+    policy drifts far from the reference; k3 is then clipped to [−bound, bound]
+    (bound=None disables; k1 and k2 are already bounded by the clamp). The
+    gradient is 0 where either binds.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -46,7 +55,8 @@ def kl_estimate(
         return -log_r
     if kind == "k2":
         return 0.5 * jnp.square(log_r)
-    return jnp.exp(log_r) - log_r - 1.0
+    k3 = jnp.exp(log_r) - log_r - 1.0
+    return k3 if bound is None else jnp.clip(k3, -bound, bound)
 
 
 def _valid_estimate(logp_bt, ref_logp_bt, mask_bt, kind, clamp):
@@ -67,7 +77,7 @@ def kl_penalty(
     *,
     kind: str = "k3",
     aggregation: str = "token_mean",
-    clamp: float | None = 10.0,
+    clamp: float | None = LOG_RATIO_CLAMP,
 ) -> tuple[jax.Array, jax.Array]:
     """KL as a loss term: (numerator, denominator) = aggregate(k_t, mask, aggregation).
 
@@ -85,7 +95,7 @@ def kl_in_reward(
     *,
     coef: float,
     kind: str = "k1",
-    clamp: float | None = 10.0,
+    clamp: float | None = LOG_RATIO_CLAMP,
 ) -> tuple[jax.Array, jax.Array]:
     """Fold the sequence KL into the scalar reward (classic RLHF shaping).
 

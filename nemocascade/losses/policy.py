@@ -18,6 +18,10 @@ import jax
 import jax.numpy as jnp
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
+# |log π_θ − log π_old| is clipped to this before exp (as verl does): r stays
+# within [e⁻²⁰, e²⁰] ≈ [2e−9, 4.9e8], finite in float32, when a token's
+# probability collapses or explodes between sampling and the update.
+LOG_RATIO_CLAMP = 20.0
 
 Pair = tuple[jax.Array, jax.Array]
 
@@ -80,7 +84,8 @@ def policy_loss(
 ) -> tuple[jax.Array, jax.Array, dict[str, Pair]]:
     """Clipped policy-gradient surrogate as (numerator, denominator, metrics).
 
-    Per valid token, with r = exp(log π_θ − log π_old) and advantage A:
+    Per valid token, with r = exp(clip(log π_θ − log π_old, ±20)) (the clamp is
+    `LOG_RATIO_CLAMP`; no gradient where it binds) and advantage A:
 
         ℓ = max(−A·r, −A·clip(r, 1 − ε_low, 1 + ε_high))    (clip=True)
         ℓ = −A·r                                            (clip=False)
@@ -103,6 +108,7 @@ def policy_loss(
     log_ratio_bt = jnp.where(
         valid_bt, logp_bt.astype(jnp.float32) - old_logp_bt.astype(jnp.float32), 0.0
     )
+    log_ratio_bt = jnp.clip(log_ratio_bt, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio_bt = jnp.exp(log_ratio_bt)
     adv = adv_b.astype(jnp.float32)
     adv_bt = jnp.broadcast_to(adv[:, None] if adv.ndim == 1 else adv, ratio_bt.shape)
