@@ -7,6 +7,14 @@ Resume order (first that exists wins):
   4. scratch.
 A finished stage exports its params to `workdir/<stage>/export` and writes
 `workdir/<stage>/DONE`, which the cascade uses to skip finished stages.
+
+A step directory that is incomplete (no `_CHECKPOINT_METADATA` or orbax's
+`commit_success.txt`, an empty file) or fails to restore (truncated or zeroed
+data) is skipped with a warning naming it, newest first; once an older step
+restores, the skipped newer ones are moved to `checkpoints.corrupt/<step>` so
+the resumed run can save those steps again. When no step restores, nothing is
+moved and `CheckpointError` lists each step's cause (a changed model config
+fails every step the same way, and its checkpoints must stay where they are).
 """
 
 from __future__ import annotations
@@ -20,6 +28,36 @@ import jax
 import orbax.checkpoint as ocp
 
 DONE_FILE = "DONE"
+COMMIT_FILE = "commit_success.txt"  # orbax writes it last, before the final rename
+STEP_METADATA = "_CHECKPOINT_METADATA"
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint or export where one was expected; the message names the path."""
+
+
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """`Type: first line of the message`, cut to `limit` characters (tensorstore's run long)."""
+    text = str(e).strip().splitlines()
+    line = f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def incomplete(step_dir: str) -> str | None:
+    """Why `step_dir` is not a complete checkpoint (None if it looks complete).
+
+    Cheap structural checks only: the commit marker and step metadata exist,
+    and no file is empty. Zeroed or truncated data is caught by the restore.
+    """
+    for marker in (COMMIT_FILE, STEP_METADATA):
+        if not os.path.isfile(os.path.join(step_dir, marker)):
+            return f"no {marker} (the save did not finish)"
+    for root, _, files in os.walk(step_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.getsize(path) == 0:
+                return f"empty file {os.path.relpath(path, step_dir)}"
+    return None
 
 
 class Manager:
@@ -51,6 +89,54 @@ class Manager:
             ),
         )
         return restored["state"], dict(restored["data"] or {})
+
+    def step_dir(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    def restore_latest(
+        self, abstract_state: Any, *, move_aside: bool = True
+    ) -> tuple[Any, dict, int]:
+        """The newest step that restores, skipping (and warning about) broken ones.
+
+        With `move_aside`, the skipped newer steps are moved to
+        `<directory>.corrupt/` once an older one has restored (see the module
+        docstring); without it (someone else's `resume_from`) nothing moves.
+        """
+        causes: list[tuple[int, str]] = []
+        for step in sorted(self._mngr.all_steps(), reverse=True):
+            cause = incomplete(self.step_dir(step))
+            if cause is None:
+                try:
+                    state, data = self.restore(abstract_state, step)
+                except Exception as e:  # orbax/tensorstore raise many types for bad bytes
+                    cause = first_line(e)
+                else:
+                    if move_aside:
+                        self._move_aside([s for s, _ in causes])
+                    return state, data, step
+            logging.warning(
+                "checkpoint %s is unusable (%s); trying the previous one",
+                self.step_dir(step),
+                cause,
+            )
+            causes.append((step, cause))
+        listing = "; ".join(f"step {s}: {c}" for s, c in causes) or "no checkpoint"
+        raise CheckpointError(f"no checkpoint in {self.directory} restores ({listing})")
+
+    def _move_aside(self, steps: list[int]):
+        if not steps:
+            return
+        if jax.process_index() == 0:
+            aside = self.directory + ".corrupt"
+            os.makedirs(aside, exist_ok=True)
+            for step in steps:
+                target = os.path.join(aside, str(step))
+                n = 1
+                while os.path.exists(target):
+                    target, n = os.path.join(aside, f"{step}-{n}"), n + 1
+                os.replace(self.step_dir(step), target)
+                logging.warning("moved unusable checkpoint %s to %s", self.step_dir(step), target)
+        self._mngr.reload()
 
     def wait(self):
         self._mngr.wait_until_finished()
@@ -90,9 +176,17 @@ def resolve_params_dir(path: str) -> str:
 
 
 def load_params(path: str, abstract_params: Any) -> Any:
-    """Restores exported params into the given (sharded) abstract layout."""
+    """Restores exported params into the given (sharded) abstract layout.
+
+    A damaged export (truncated, zeroed, another model's shapes) raises
+    `CheckpointError` naming the directory and the cause in one line.
+    """
+    params_dir = resolve_params_dir(path)
     ckptr = ocp.StandardCheckpointer()
-    return ckptr.restore(resolve_params_dir(path), abstract_params)
+    try:
+        return ckptr.restore(params_dir, abstract_params)
+    except Exception as e:  # orbax/tensorstore raise many types for bad bytes
+        raise CheckpointError(f"cannot restore params from {params_dir}: {first_line(e)}") from e
 
 
 def restore_or_init(
@@ -106,15 +200,15 @@ def restore_or_init(
 ) -> tuple[Any, dict, str]:
     """Applies the resume order; returns (state, data_state, where_from)."""
     if manager.latest_step() is not None:
-        state, data = manager.restore(abstract_state)
-        return state, data, f"own checkpoint step {manager.latest_step()}"
+        state, data, step = manager.restore_latest(abstract_state)
+        return state, data, f"own checkpoint step {step}"
     if resume_from:
         other = Manager(resume_from, async_save=False)
         if other.latest_step() is None:
             raise FileNotFoundError(f"config.init.resume_from={resume_from!r} has no checkpoint")
-        state, data = other.restore(abstract_state)
+        state, data, step = other.restore_latest(abstract_state, move_aside=False)
         other.close()
-        return state, data, f"resume_from {resume_from}"
+        return state, data, f"resume_from {resume_from} step {step}"
     if init_from:
         params = load_params(init_from, abstract_state.params)
         logging.info("initialized params from %s", init_from)

@@ -31,11 +31,19 @@ def to_python(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 class Writer:
-    """Appends one JSON object per log step and mirrors scalars to TensorBoard."""
+    """Appends one JSON object per log step and mirrors scalars to TensorBoard.
+
+    A resumed run replays the steps after its checkpoint, in order, so the
+    first row a Writer writes marks where the replay begins: before writing
+    it, rows of an earlier, interrupted run at or after that step are dropped
+    from metrics.jsonl (they are about to be written again), and the file
+    never holds two rows of one step from two runs.
+    """
 
     def __init__(self, directory: str, *, tensorboard: bool = True):
         self.enabled = jax.process_index() == 0
         self.path = os.path.join(directory, "metrics.jsonl")
+        self._replay_checked = False
         self._tb = None
         if self.enabled:
             os.makedirs(directory, exist_ok=True)
@@ -46,6 +54,9 @@ class Writer:
         if not self.enabled:
             return
         record = {"step": int(step), **to_python(metrics)}
+        if not self._replay_checked:
+            drop_from(self.path, int(step))
+            self._replay_checked = True
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
         if self._tb is not None:
@@ -57,6 +68,32 @@ class Writer:
     def close(self):
         if self._tb is not None:
             self._tb.close()
+
+
+def drop_from(path: str, step: int) -> int:
+    """Rewrites metrics.jsonl without rows of step >= `step`; returns how many were dropped.
+
+    A torn last line (a kill mid-write) is dropped too. The new file replaces
+    the old one by rename, so a kill here leaves one or the other.
+    """
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        lines = f.readlines()
+    keep = []
+    for line in lines:
+        try:
+            if json.loads(line)["step"] < step:
+                keep.append(line if line.endswith("\n") else line + "\n")
+        except (ValueError, KeyError, TypeError):
+            pass  # blank or torn line
+    dropped = sum(1 for line in lines if line.strip()) - len(keep)
+    if dropped:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(keep)
+        os.replace(tmp, path)
+    return dropped
 
 
 def read(path: str) -> list[dict]:
