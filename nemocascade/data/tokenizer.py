@@ -93,6 +93,15 @@ class Tokenizer:
         """End of an assistant turn: generation stops here."""
         return self.special_ids[IM_END]
 
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Ids that end generation: `<|im_end|>`, and `<|im_start|>` (a new turn)."""
+        return (self.eos_id, self.special_ids[IM_START])
+
+    @property
+    def name(self) -> str:
+        return "builtin"
+
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
 

@@ -99,7 +99,11 @@ def test_chat_template_renders_unchanged(tok, style, mode):
 
 
 def test_stop_and_think_close_ids(tok):
-    assert chat_template.mode_stop_ids(tok) == (tok.eos_id, tok.token_id("<|im_start|>"))
+    assert chat_template.mode_stop_ids(tok) == (
+        tok.eos_id,
+        tok.token_id("<|im_start|>"),
+        tok.token_id("<|endoftext|>"),
+    )
     close = chat_template.think_close_ids(tok)
     assert tok.token_id("</think>") in close
     assert tok.decode(close) == chat_template.THINK_CLOSE_TEXT
@@ -124,7 +128,7 @@ def test_pad_token_from_tokenizer_config(tmp_path):
 
 def test_missing_tokens_fail_clearly(tmp_path):
     _build(tmp_path / "no_chatml.json", specials=["<|endoftext|>"])
-    with pytest.raises(ValueError, match=r"lacks the chat-template token\(s\) \['<\|im_start"):
+    with pytest.raises(ValueError, match=r"lacks the end-of-turn token '<\|im_end\|>'"):
         hf_tokenizer.HFTokenizer.load(tmp_path / "no_chatml.json")
     _build(tmp_path / "no_pad.json", specials=["<|im_start|>", "<|im_end|>"])
     with pytest.raises(ValueError, match="no pad token"):

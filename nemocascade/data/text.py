@@ -1,0 +1,209 @@
+"""The tokenizer and chat template of a run, resolved once from the config and the checkpoint.
+
+`data.tokenizer`:
+  ""        the tokenizer of the `init.init_from` checkpoint (`convert` copies
+            it beside the params, every stage copies it into its directory);
+            the built-in task-world tokenizer when the checkpoint has none;
+  "builtin" the task world's SentencePiece model;
+  a path    a directory holding `tokenizer.json` (+ `tokenizer_config.json`),
+            or the `tokenizer.json` file (any `etils.epath` path).
+
+`data.chat_template`:
+  ""        the tokenizer's own Jinja template (`tokenizer_config.json` /
+            `chat_template.jinja`); the built-in layout for the built-in
+            tokenizer;
+  "builtin" the built-in ChatML layouts (`data.template_style` c1 / c2);
+  a path    a `.jinja` file.
+
+Fail closed: a checkpoint (or the stage's own directory, on a rerun) that
+carries a different tokenizer, a vocabulary larger than the embedding, a
+thinking mode without `<think>` / `</think>` tokens, a template without a
+generation prompt: each stops the run before anything compiles, with a
+message naming the fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import jax
+from etils import epath
+
+from nemocascade import config as config_lib
+from nemocascade.data import chat_template, hf_tokenizer, jinja_template, tokenizer as tokenizer_lib
+
+BUILTIN = "builtin"
+FILES = (
+    hf_tokenizer.TOKENIZER_FILE,
+    hf_tokenizer.TOKENIZER_CONFIG_FILE,
+    hf_tokenizer.CHAT_TEMPLATE_FILE,
+)
+THINK_TOKENS = (tokenizer_lib.THINK_OPEN, tokenizer_lib.THINK_CLOSE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Text:
+    """A tokenizer, its chat template and where the tokenizer came from."""
+
+    tok: tokenizer_lib.Tokenizer | hf_tokenizer.HFTokenizer
+    template: chat_template.AnyTemplate
+    source: str  # "builtin" or the directory of tokenizer.json
+
+
+def tokenizer_dir(path: str) -> epath.Path | None:
+    """The directory with `tokenizer.json` that belongs to a checkpoint path.
+
+    `path` is a stage/converted directory, its `export`, or a tokenizer dir.
+    """
+    if not path:
+        return None
+    p = epath.Path(path)
+    for d in (p, p.parent):
+        if (d / hf_tokenizer.TOKENIZER_FILE).exists():
+            return d
+    return None
+
+
+def _describe(tok) -> str:
+    return tok.name
+
+
+def load_tokenizer(spec: str, init_from: str = ""):
+    """(tokenizer, source) for a `data.tokenizer` value (see the module docstring)."""
+    if spec == BUILTIN or (not spec and tokenizer_dir(init_from) is None):
+        return tokenizer_lib.Tokenizer.load(), BUILTIN
+    path = epath.Path(spec) if spec else tokenizer_dir(init_from)
+    field = f"config.data.tokenizer={spec!r}" if spec else f"config.init.init_from={init_from!r}"
+    try:
+        directory = path if path.is_dir() else path.parent
+        return hf_tokenizer.HFTokenizer.load(path), str(directory)
+    except (FileNotFoundError, ValueError) as e:
+        raise config_lib.ConfigError(f"{field}: {e}") from None
+
+
+def load_template(
+    spec: str, source: str, *, tok, style: str = "c1", mode_switch: str = "enable_thinking"
+) -> chat_template.AnyTemplate:
+    """The chat template for a `data.chat_template` value."""
+    if spec == BUILTIN or (not spec and source == BUILTIN):
+        return chat_template.Template(style=style)
+    if spec:
+        path, origin = epath.Path(spec), f"config.data.chat_template={spec!r}"
+        if not path.exists():
+            raise config_lib.ConfigError(f"{origin}: no such file")
+        text = path.read_text()
+    else:
+        origin = f"of the tokenizer at {source}"
+        text = hf_tokenizer.chat_template_source(source)
+        if text is None:
+            raise config_lib.ConfigError(
+                f"the tokenizer at {source} has no chat_template (tokenizer_config.json or "
+                f"chat_template.jinja): set config.data.chat_template to a .jinja file or 'builtin'"
+            )
+    try:
+        return jinja_template.JinjaTemplate(
+            source=text,
+            eos_token=tok.piece(tok.eos_id),
+            bos_token=getattr(tok, "bos_token", ""),
+            mode_switch=mode_switch,
+            origin=origin,
+        )
+    except ValueError as e:
+        raise config_lib.ConfigError(f"config.data.chat_template: {e}") from None
+
+
+def check_same(tok, other_dir: str, what: str, field: str) -> None:
+    """Fails unless the tokenizer stored at `other_dir` (if any) is `tok`'s."""
+    d = tokenizer_dir(other_dir)
+    if d is None:
+        return
+    stored = hf_tokenizer.HFTokenizer.load(d)
+    if stored.tokenizer_json != getattr(tok, "tokenizer_json", None):
+        raise config_lib.ConfigError(
+            f"{what} {other_dir} carries the tokenizer {_describe(stored)} (at {d}), but "
+            f"{field} gives {_describe(tok)}: token ids would index unrelated embedding rows. "
+            f"Leave config.data.tokenizer empty to use the checkpoint's, or point it at the same "
+            f"tokenizer.json"
+        )
+
+
+def check_model(tok, template, model, modes) -> None:
+    """Vocabulary fits the embedding; the thinking mode has its tokens."""
+    if tok.vocab_size > model.vocab_size:
+        raise config_lib.ConfigError(
+            f"config.model.vocab_size={model.vocab_size} is smaller than the tokenizer's "
+            f"vocabulary ({tok.vocab_size} ids, {_describe(tok)})"
+        )
+    if "thinking" in modes:
+        missing = []
+        for t in THINK_TOKENS:
+            try:
+                tok.token_id(t)
+            except KeyError:
+                missing.append(t)
+        if missing:
+            raise config_lib.ConfigError(
+                f"the thinking mode needs the tokens {missing}, which the tokenizer "
+                f"({_describe(tok)}) lacks; use instruct mode only (config.data.modes / "
+                f"config.rl.mode / config.eval.modes) or a tokenizer with them"
+            )
+    del template
+
+
+def modes_in_use(cfg: config_lib.Config) -> set[str]:
+    rl_modes = {"half_half": {"thinking", "instruct"}}.get(cfg.rl.mode, {cfg.rl.mode})
+    eval_modes = set(cfg.eval.modes) if cfg.eval.num_per_domain > 0 else set()
+    if cfg.stage == "sft":
+        return set(cfg.data.modes) | eval_modes
+    return rl_modes | eval_modes
+
+
+def for_config(cfg: config_lib.Config, stage_dir: str | None = None) -> Text:
+    """The run's tokenizer and template; copies the tokenizer files into `stage_dir`.
+
+    Checked against `init.init_from` and, on a rerun, `stage_dir`'s own copy.
+    """
+    d = cfg.data
+    init_from = cfg.init.init_from
+    tok, source = load_tokenizer(d.tokenizer, init_from)
+    field = f"config.data.tokenizer={d.tokenizer or '(default)'}"
+    if d.tokenizer:
+        check_same(tok, init_from, "config.init.init_from", field)
+        if d.tokenizer == BUILTIN and tokenizer_dir(init_from) is not None:
+            raise config_lib.ConfigError(
+                f"config.init.init_from={init_from} carries the tokenizer "
+                f"{_describe(hf_tokenizer.HFTokenizer.load(tokenizer_dir(init_from)))}, but "
+                f"config.data.tokenizer='builtin' gives the task world's {tok.vocab_size}-piece "
+                "SentencePiece model: token ids would index unrelated embedding rows. Leave "
+                "config.data.tokenizer empty to use the checkpoint's"
+            )
+    if stage_dir is not None:
+        check_same(tok, stage_dir, "the stage directory", field)
+    template = load_template(
+        d.chat_template, source, tok=tok, style=d.template_style, mode_switch=d.mode_switch
+    )
+    check_model(tok, template, cfg.model, modes_in_use(cfg))
+    if stage_dir is not None and source != BUILTIN:
+        save(source, stage_dir, template)
+    logging.info(
+        "[%s] tokenizer %s (%s), chat template %s",
+        cfg.stage,
+        _describe(tok),
+        source,
+        getattr(template, "origin", "") or f"builtin {getattr(template, 'style', '')}",
+    )
+    return Text(tok, template, source)
+
+
+def save(source: str, stage_dir: str, template=None) -> None:
+    """Copies the tokenizer files into `stage_dir` (process 0), so the stage is self-contained."""
+    if jax.process_index() != 0:
+        return
+    src, dst = epath.Path(source), epath.Path(stage_dir)
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        if (src / name).exists() and src != dst:
+            (dst / name).write_bytes((src / name).read_bytes())
+    if isinstance(template, jinja_template.JinjaTemplate) and template.origin.startswith("config."):
+        (dst / hf_tokenizer.CHAT_TEMPLATE_FILE).write_text(template.source)
