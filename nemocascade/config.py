@@ -175,6 +175,8 @@ def _convert(value: Any, annotation: Any, path: str) -> Any:
     """Coerces a ConfigDict leaf to the dataclass field's type."""
     origin = typing.get_origin(annotation)
     if origin is tuple:
+        if isinstance(value, tuple) and len(value) == 1 and isinstance(value[0], str):
+            value = value[0]  # the flag parser reads `--config.f=a,b` as ('a,b',)
         if isinstance(value, str):
             value = [v for v in value.split(",") if v]
         if not isinstance(value, (list, tuple)):
@@ -242,8 +244,14 @@ def validate(cfg: Config) -> Config:
     _check(o.warmup_steps >= 0, "config.optim.warmup_steps must be >= 0")
     _check(0 <= o.b1 < 1 and 0 <= o.b2 < 1, "config.optim.b1/b2 must be in [0, 1)")
     _check(o.grad_clip >= 0, "config.optim.grad_clip must be >= 0 (0 disables)")
+    _check(o.weight_decay >= 0, f"config.optim.weight_decay must be >= 0, got {o.weight_decay}")
+    _check(o.eps > 0, f"config.optim.eps must be > 0, got {o.eps}")
     _check(t.steps >= 0, f"config.train.steps must be >= 0, got {t.steps}")
     _check(t.batch_size > 0, f"config.train.batch_size must be > 0, got {t.batch_size}")
+    _check(
+        t.keep_checkpoints >= 1,
+        f"config.train.keep_checkpoints must be >= 1, got {t.keep_checkpoints}",
+    )
     _check(t.seq_len > 1, f"config.train.seq_len must be > 1, got {t.seq_len}")
     _check(
         t.num_microbatches > 0 and t.batch_size % t.num_microbatches == 0,
@@ -351,7 +359,14 @@ def _validate_rl(r: RLConfig):
         f"config.rl.aggregation={r.aggregation!r}",
     )
     _check(r.kl_kind in ("k1", "k2", "k3"), f"config.rl.kl_kind={r.kl_kind!r}")
-    _check(r.kl_coef >= 0 and r.entropy_coef >= 0, "config.rl.kl_coef/entropy_coef must be >= 0")
+    _check(r.kl_coef >= 0, f"config.rl.kl_coef must be >= 0, got {r.kl_coef}")
+    _check(r.entropy_coef >= 0, f"config.rl.entropy_coef must be >= 0, got {r.entropy_coef}")
+    _check(0 <= r.clip_low < 1, f"config.rl.clip_low must be in [0, 1), got {r.clip_low}")
+    _check(r.clip_high >= 0, f"config.rl.clip_high must be >= 0, got {r.clip_high}")
+    _check(
+        r.dual_clip == 0 or r.dual_clip > 1,
+        f"config.rl.dual_clip must be 0 (off) or > 1, got {r.dual_clip}",
+    )
     for i, c in enumerate(r.curriculum):
         _check(
             c.steps > 0 and c.max_new_tokens > 0 and c.temperature > 0,
