@@ -12,8 +12,8 @@ labels) 0.80, in `DIR/rm/metrics.jsonl`. Accuracy is set by the pairs seen:
 Params go to `DIR/rm/export`, which RLHF reads (`config.rl.rm_from`).
 Paper (C1 §4.2): a linear head on the last token's hidden state, batch 256,
 lr 2e-6, AdamW, one epoch (longer was worse) over 82K pairs (HelpSteer2/3 and
-synthetic hard negatives): `:8b`/`:14b` with `--config.data.jsonl=PAIRS.jsonl
---config.rm.eval_jsonl=HELD_OUT.jsonl` (`{"prompt", "chosen", "rejected"}`).
+synthetic hard negatives): `:8b`/`:14b` with `--config.data.files=PAIRS.jsonl
+--config.data.eval_files=HELD_OUT.jsonl` (`{"prompt", "chosen", "rejected"}`, docs/data.md).
 Here the RM has the policy's shape (the paper's is a 72B model).
 """
 
@@ -27,7 +27,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = common.base("rm", size)
     # steps = 0: `rm.epochs` passes over the pairs (pairs / batch steps).
     c.rm = ml_collections.ConfigDict(
-        dict(noise=0.1, margin=0.0, epochs=1.0, eval_jsonl="", rows_per_pair=0.5)
+        dict(noise=0.1, margin=0.0, epochs=1.0, rows_per_pair=0.5)
     )
     if size in ("tiny", "small"):
         # Held-out gold accuracy grows with the pairs seen (one epoch each) and

@@ -60,5 +60,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             eval_every=1000,
             checkpoint_every=500,
         )
-        c.data.update(pack=True, jsonl="", num_examples=0)
+        c.data.update(pack=True, num_examples=0)
     return c

@@ -68,9 +68,19 @@ class DataConfig:
     num_examples: int = 4000
     domain_weights: tuple[float, ...] = ()  # per `domains` entry: × num_examples; () = equal
     pack: bool = True
-    jsonl: str = ""  # read examples from this file instead of the task world
+    # Real data (docs/data.md): JSONL / Parquet / saved-dataset paths instead of the
+    # task world, mixed by `file_weights` (× each file's records per epoch).
+    files: tuple[str, ...] = ()
+    file_weights: tuple[float, ...] = ()
+    eval_files: tuple[str, ...] = ()  # held-out records (SFT loss, RM accuracy)
     eval_examples: int = 256
-    template_style: str = "c1"
+    # Tokenizer and chat template (data/text.py): "" = the init_from checkpoint's.
+    tokenizer: str = ""
+    chat_template: str = ""
+    mode_switch: str = "enable_thinking"  # how a Jinja template learns the mode
+    template_style: str = "c1"  # the built-in template's layout
+    loss_turns: str = "all"  # SFT on "all" assistant turns of a conversation, or the "last"
+    long_prompts: str = "drop"  # RL prompts longer than the context: "drop" (warn) | "error"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,6 +295,18 @@ def validate(cfg: Config) -> Config:
         )
     _check(d.template_style in ("c1", "c2"), f"config.data.template_style={d.template_style!r}")
     _check(
+        d.mode_switch in ("enable_thinking", "soft_switch"),
+        f"config.data.mode_switch={d.mode_switch!r}; choose enable_thinking or soft_switch",
+    )
+    _check(d.loss_turns in ("all", "last"), f"config.data.loss_turns={d.loss_turns!r}")
+    _check(d.long_prompts in ("drop", "error"), f"config.data.long_prompts={d.long_prompts!r}")
+    _check(
+        not d.file_weights
+        or (len(d.file_weights) == len(d.files) and all(w > 0 for w in d.file_weights)),
+        f"config.data.file_weights={d.file_weights}: need one positive weight per "
+        f"config.data.files entry ({len(d.files)} files)",
+    )
+    _check(
         not d.domain_weights
         or (len(d.domain_weights) == len(d.domains) and all(w > 0 for w in d.domain_weights)),
         f"config.data.domain_weights={d.domain_weights}: need one positive weight per "
@@ -296,9 +318,9 @@ def validate(cfg: Config) -> Config:
     )
     _validate_rl(cfg.rl)
     _check(
-        not (cfg.rl.domain_weights and d.jsonl),
+        not (cfg.rl.domain_weights and d.files),
         "config.rl.domain_weights weights the built-in world's per-domain prompt pools; "
-        "with config.data.jsonl set, mix the domains in the file instead",
+        "with config.data.files set, mix the files with config.data.file_weights",
     )
     return cfg
 

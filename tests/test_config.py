@@ -47,8 +47,8 @@ def test_domain_weights_need_one_positive_weight_per_domain(weights):
         config_lib.from_config_dict(cd)
     cd.rl.domain_weights = (4.0, 1.0, 1.0, 1.0)
     assert config_lib.from_config_dict(cd).rl.domain_weights == (4.0, 1.0, 1.0, 1.0)
-    cd.data.jsonl = "/data/prompts.jsonl"  # weights apply to the built-in world only
-    with pytest.raises(config_lib.ConfigError, match=r"config\.data\.jsonl"):
+    cd.data.files = ("/data/prompts.jsonl",)  # weights apply to the built-in world only
+    with pytest.raises(config_lib.ConfigError, match=r"config\.data\.files"):
         config_lib.from_config_dict(cd)
 
 

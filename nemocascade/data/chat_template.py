@@ -321,6 +321,34 @@ def render_rm_input(
     return tok.encode(text[: end + len(template.eos_token)])
 
 
+def rm_answer(completion: str) -> str:
+    """The part of a response the reward model sees: the answer after any think block."""
+    if THINK_CLOSE not in completion:
+        return completion
+    return split_thinking(completion)[1] or ""
+
+
+def rm_input_ids(
+    tok: tokenizer_lib.Tokenizer,
+    prompt: str | Sequence[dict],
+    response: str,
+    template: AnyTemplate,
+    max_len: int,
+) -> list[int]:
+    """RM input ids of `response` (its answer only), at most `max_len` long.
+
+    The one layout of RM training pairs and RLHF scoring: an over-long input
+    keeps its closing token (where the RM reads its score) and loses the
+    tokens before it.
+    """
+    return keep_last(render_rm_input(tok, prompt, rm_answer(response), template), max_len)
+
+
+def keep_last(ids: list[int], max_len: int) -> list[int]:
+    """`ids` cut to `max_len` tokens, keeping the last one (the RM's read-out position)."""
+    return ids if len(ids) <= max_len else ids[: max_len - 1] + ids[-1:]
+
+
 def mode_stop_ids(tok: tokenizer_lib.Tokenizer) -> tuple[int, ...]:
     """Tokens that end generation in either mode (`tok.stop_ids`).
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from nemocascade.data import chat_template, packing, tokenizer as tokenizer_lib
+from nemocascade.data import chat_template, packing, records, tokenizer as tokenizer_lib
 from nemocascade.tasks import base, registry
 
 # Rendering is cheap; one reader thread keeps the shared CPUs for the model.
@@ -83,32 +83,36 @@ class _Counter:
                 )
 
 
-def read_jsonl(path: str, limit: int | None = None) -> list[dict]:
-    """Records of a JSONL file, in file order (at most `limit`)."""
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                records.append(json.loads(line))
-            if limit is not None and len(records) == limit:
-                break
-    return records
+class Files:
+    """Checked, indexed record files mixed by weight: a grain random-access source.
 
+    Item i is the parsed record (`records.parse(kind, ...)`). A file of weight
+    w contributes each record ⌊w⌋ times plus a seeded ⌊(w − ⌊w⌋)·n⌋ of them
+    once more per epoch.
+    """
 
-def examples_from_jsonl(path: str, limit: int | None = None) -> list[base.Example]:
-    """`{"prompt", "thinking", "answer", "domain"}` records as Examples."""
-    return [
-        base.Example(
-            uid=f"{path}:{n}",
-            domain=r.get("domain", "chat"),
-            difficulty=int(r.get("difficulty", 0)),
-            prompt=r["prompt"],
-            thinking=r.get("thinking") or "",
-            answer=r["answer"],
-            meta=r.get("meta", {}),
-        )
-        for n, r in enumerate(read_jsonl(path, limit))
-    ]
+    def __init__(self, paths, kind, weights=(), seed=0, keep=None, limit=None):
+        weights = tuple(weights) or (1.0,) * len(paths)
+        self.kind = kind
+        self.sources = [records.index(p, kind, limit=limit, keep=keep) for p in paths]
+        rng = np.random.default_rng(seed)
+        parts, start = [], 0
+        for source, w in zip(self.sources, weights, strict=True):
+            n = len(source)
+            ids = np.arange(start, start + n)
+            extra = rng.permutation(n)[: int((w - int(w)) * n)] + start
+            parts += [ids] * int(w) + [np.sort(extra)]
+            start += n
+        self._items = np.concatenate(parts).astype(np.int64)
+        self._starts = np.cumsum([0] + [len(s) for s in self.sources])
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        g = int(self._items[i])
+        f = int(np.searchsorted(self._starts, g, side="right")) - 1
+        return records.load(self.sources[f], g - int(self._starts[f]), self.kind)
 
 
 def _task_examples(
@@ -142,11 +146,14 @@ def _sharded(items: list, seed: int | None, shard_index: int, shard_count: int):
     return dataset[shard_index::shard_count]
 
 
-def _sft_dataset(tok, items, seq_len, template, counter) -> grain.MapDataset:
-    """Rendered `shift` features of (example, mode) items, unbatched."""
+def _sft_dataset(tok, items, seq_len, template, counter, turns="all") -> grain.MapDataset:
+    """Rendered `shift` features, unbatched, of (example, mode) items or conversations."""
 
     def render(item):
-        tokens, mask = chat_template.render_sft(tok, item[0], item[1], template)
+        if isinstance(item, tuple):
+            tokens, mask = chat_template.render_sft(tok, item[0], item[1], template)
+        else:
+            tokens, mask = chat_template.render_messages(tok, item, template, turns)
         features, truncated = packing.shift(tokens, mask, seq_len)
         counter.add(truncated)
         return features
@@ -161,6 +168,13 @@ def _rows(dataset: grain.MapDataset, seq_len: int, batch_size: int, pack: bool):
     return dataset.map(lambda features: packing.pad(features, seq_len))
 
 
+def _sft_source(files, weights, modes, examples_fn, seed):
+    """Conversations of record files, else the task world's (example, mode) items."""
+    if files:
+        return Files(files, "sft", weights, seed)
+    return _sft_items(examples_fn(), modes)
+
+
 def sft_loader(
     tok: tokenizer_lib.Tokenizer,
     *,
@@ -170,35 +184,38 @@ def sft_loader(
     domains: Sequence[str] = base.DOMAINS,
     modes: Sequence[str] = base.MODES,
     num_examples: int | None = None,
-    path: str | None = None,
+    files: Sequence[str] = (),
+    file_weights: Sequence[float] = (),
+    loss_turns: str = "all",
     pack: bool = True,
-    template: chat_template.Template = chat_template.DEFAULT,
+    template: chat_template.AnyTemplate = chat_template.DEFAULT,
     shard_index: int = 0,
     shard_count: int = 1,
     num_epochs: int | None = None,
     domain_weights: Sequence[float] = (),
 ) -> Loader:
-    """SFT batches (see `packing`) of every example rendered in every mode.
+    """SFT batches (see `packing`): conversations of `files`, or the task world in every mode.
 
     Args:
       seq_len: T, the row length (a sequence of T + 1 tokens fits one row).
       batch_size: rows per batch on this process.
       seed: draws the task-world examples and shuffles each epoch.
       pack: first-fit pack several sequences per row (else one per row).
-      num_examples: examples per domain from the task world's SFT split, or
-        the first `num_examples` records of `path` (all when None).
-      path: JSONL file of `{"prompt", "thinking", "answer", "domain"}` records
-        instead of the task world.
+      num_examples: examples per domain from the task world's SFT split.
+      files: SFT record files (`records`, docs/data.md) instead of the task
+        world, mixed by `file_weights`; the loss covers `loss_turns`.
       num_epochs: passes over the data; None repeats forever.
       domain_weights: per-domain multipliers of `num_examples` (the SFT mix).
     """
-    if path is not None:
-        examples = examples_from_jsonl(path, num_examples)
-    else:
-        examples = _task_examples(domains, "sft", num_examples, seed, weights=domain_weights)
-    items = _sharded(_sft_items(examples, modes), seed, shard_index, shard_count)
+
+    def task_world():
+        return _task_examples(domains, "sft", num_examples, seed, weights=domain_weights)
+
+    items = _sharded(
+        _sft_source(files, file_weights, modes, task_world, seed), seed, shard_index, shard_count
+    )
     counter = _Counter("sft_loader", seq_len)
-    dataset = _sft_dataset(tok, items.repeat(num_epochs), seq_len, template, counter)
+    dataset = _sft_dataset(tok, items.repeat(num_epochs), seq_len, template, counter, loss_turns)
     rows = _rows(dataset, seq_len, batch_size, pack)
     return Loader(rows.batch(batch_size, drop_remainder=True), len(items), counter)
 
@@ -211,42 +228,41 @@ def eval_batches(
     domains: Sequence[str] = base.DOMAINS,
     modes: Sequence[str] = base.MODES,
     num_examples: int | None = None,
-    path: str | None = None,
+    files: Sequence[str] = (),
+    loss_turns: str = "all",
     seed: int = 0,
-    template: chat_template.Template = chat_template.DEFAULT,
+    template: chat_template.AnyTemplate = chat_template.DEFAULT,
     shard_index: int = 0,
     shard_count: int = 1,
 ) -> list[dict]:
-    """Fixed held-out batches (eval split), one pass, unpacked, in order.
+    """Fixed held-out batches (task world's eval split, or `files`), one pass, unpacked.
 
-    The last batch is completed with all-padding rows (loss_mask 0), so every
-    sequence counts exactly once and every batch has the same shape.
+    At most `num_examples` records of the files (per domain for the task
+    world). The last batch is completed with all-padding rows (loss_mask 0),
+    so every sequence counts exactly once and every batch has the same shape.
     """
-    if path is not None:
-        examples = examples_from_jsonl(path, num_examples)
+    if files:
+        source = Files(files, "sft", limit=num_examples)
+        items = [source[i] for i in range(min(len(source), num_examples or len(source)))]
     else:
-        examples = _task_examples(domains, "eval", num_examples, seed)
-    items = _sharded(_sft_items(examples, modes), None, shard_index, shard_count)
+        items = _sft_items(_task_examples(domains, "eval", num_examples, seed), modes)
+    items = _sharded(items, None, shard_index, shard_count)
     counter = _Counter("eval_batches", seq_len)
-    rows = [packing.pad(f, seq_len) for f in _sft_dataset(tok, items, seq_len, template, counter)]
+    dataset = _sft_dataset(tok, items, seq_len, template, counter, loss_turns)
+    rows = [packing.pad(f, seq_len) for f in dataset]
     empty = {key: np.zeros(seq_len, np.int32) for key in packing.ROW_KEYS}
     rows += [empty] * (-len(rows) % batch_size)
     return [packing.stack(rows[i : i + batch_size]) for i in range(0, len(rows), batch_size)]
 
 
-def _answer_only(text: str) -> str:
-    """What the RM sees of a response: the answer after any think block."""
-    if tokenizer_lib.THINK_CLOSE not in text:
-        return text
-    return chat_template.split_thinking(text)[1] or ""
-
-
 def _pair_row(tok, pair, seq_len, template, counter) -> dict:
     row = {"gold_margin": np.float32(pair.get("gold_margin", np.nan))}
+    prompt = pair.get("messages") or pair["prompt"]
     for side in ("chosen", "rejected"):
-        ids = chat_template.render_rm_input(tok, pair["prompt"], _answer_only(pair[side]), template)
+        answer = chat_template.rm_answer(pair[side])
+        ids = chat_template.render_rm_input(tok, prompt, answer, template)
         counter.add(len(ids) > seq_len)
-        ids = ids[:seq_len]
+        ids = chat_template.keep_last(ids, seq_len)
         tokens = np.zeros(seq_len, np.int32)
         tokens[: len(ids)] = ids
         row[f"{side}_tokens"] = tokens
@@ -264,32 +280,35 @@ def preference_loader(
     num_pairs: int | None = None,
     noise: float = 0.1,
     split: str = "sft",
-    path: str | None = None,
-    template: chat_template.Template = chat_template.DEFAULT,
+    files: Sequence[str] = (),
+    file_weights: Sequence[float] = (),
+    template: chat_template.AnyTemplate = chat_template.DEFAULT,
     shard_index: int = 0,
     shard_count: int = 1,
     num_epochs: int | None = None,
 ) -> Loader:
-    """Reward-model pairs as `chat_template.render_rm_input` sequences.
+    """Reward-model pairs as `chat_template.rm_input_ids` sequences.
 
     Batch keys: `{chosen,rejected}_tokens` [B, T] (0-padded), `{..}_mask` [B, T]
-    (1 on real tokens), `{..}_last` [B] (index of the closing `<|im_end|>`,
-    where the RM reads its score; the last kept token when truncated) and
-    `gold_margin` [B] float32 (NaN for JSONL pairs without one).
+    (1 on real tokens), `{..}_last` [B] (index of the closing end-of-turn
+    token, where the RM reads its score, kept when truncated) and
+    `gold_margin` [B] float32 (NaN for file pairs without one).
 
     Args:
-      num_pairs: pairs from `registry.preference_pairs(split, ...)`, or the
-        first `num_pairs` records of `path` (`{"prompt", "chosen", "rejected"}`).
+      num_pairs: pairs from `registry.preference_pairs(split, ...)`, or at
+        most `num_pairs` records of each of `files` (all when None).
+      files: preference record files (docs/data.md) instead of the task world.
     """
-    if path is not None:
-        pairs = read_jsonl(path, num_pairs)
+    if files:
+        pairs = Files(files, "preference", file_weights, seed, limit=num_pairs or None)
     else:
         if num_pairs is None:
             raise ValueError("num_pairs is required for the built-in task world")
         pairs = registry.preference_pairs(split, num_pairs, seed=seed, noise=noise)
-    pairs = [
-        {k: p[k] for k in ("prompt", "chosen", "rejected", "gold_margin") if k in p} for p in pairs
-    ]
+        pairs = [
+            {k: p[k] for k in ("prompt", "chosen", "rejected", "gold_margin") if k in p}
+            for p in pairs
+        ]
     items = _sharded(pairs, seed, shard_index, shard_count)
     counter = _Counter("preference_loader", seq_len)
     dataset = items.repeat(num_epochs).map(lambda p: _pair_row(tok, p, seq_len, template, counter))
@@ -305,7 +324,9 @@ def rl_prompts(
     num_examples: int | None = None,
     difficulty: int | None = None,
     split: str = "rl",
-    path: str | None = None,
+    files: Sequence[str] = (),
+    file_weights: Sequence[float] = (),
+    keep=None,
     shard_index: int = 0,
     shard_count: int = 1,
     num_epochs: int | None = None,
@@ -317,9 +338,11 @@ def rl_prompts(
     process and a batch may straddle two epochs (each item says which). A
     domain's pool holds `num_examples` × its weight in `domain_weights`
     (default 1 each), so the weights are the domains' shares of every batch.
+    `files` (RL records, docs/data.md) replace the task world, mixed by
+    `file_weights`; `keep(example) -> bool` drops prompts when indexing.
     """
-    if path is not None:
-        examples = examples_from_jsonl(path, num_examples)
+    if files:
+        examples = Files(files, "rl", file_weights, seed, keep=keep)
     else:
         examples = _task_examples(
             domains, split, num_examples, seed, difficulty, weights=domain_weights

@@ -24,8 +24,8 @@ message naming the fields.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+from typing import NamedTuple
 
 import jax
 from etils import epath
@@ -42,8 +42,7 @@ FILES = (
 THINK_TOKENS = (tokenizer_lib.THINK_OPEN, tokenizer_lib.THINK_CLOSE)
 
 
-@dataclasses.dataclass(frozen=True)
-class Text:
+class Text(NamedTuple):
     """A tokenizer, its chat template and where the tokenizer came from."""
 
     tok: tokenizer_lib.Tokenizer | hf_tokenizer.HFTokenizer

@@ -126,13 +126,14 @@ def test_jsonl_source(tok, tmp_path):
     ]
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     loader = pipelines.sft_loader(
-        tok, path=str(path), seq_len=64, batch_size=1, num_epochs=1, pack=False
+        tok, files=[str(path)], seq_len=64, batch_size=1, num_epochs=1, pack=False
     )
-    assert loader.epoch_size == 4  # no thinking mode without a trace
+    # One conversation per record, in the mode its answer has (a trace = thinking).
+    assert loader.epoch_size == 3
     texts = sorted(tok.decode(s[0]) + tok.decode(s[1][-1:]) for s in _segments(loader))
-    assert texts[0].startswith("<|im_start|>user\nAdd 1 and 2. /no_think")
-    assert texts[1].endswith("<think>\n1+2=3\n</think>\n\n3<|im_end|>")
-    assert sum("/think<|im_end|>" in t for t in texts) == 1
+    assert texts[0].startswith("<|im_start|>user\nAdd 1 and 2. /think")
+    assert texts[0].endswith("<think>\n1+2=3\n</think>\n\n3<|im_end|>")
+    assert sum("/no_think<|im_end|>" in t for t in texts) == 2
 
 
 def test_eval_batches(tok):
@@ -171,7 +172,7 @@ def test_preference_loader_from_jsonl(tok, tmp_path):
     path = tmp_path / "pairs.jsonl"
     pair = {"prompt": "Hi?", "chosen": "<think>\nt\n</think>\n\nHello!", "rejected": "Go."}
     path.write_text(json.dumps(pair) + "\n")
-    batch = next(pipelines.preference_loader(tok, path=str(path), seq_len=32, batch_size=1))
+    batch = next(pipelines.preference_loader(tok, files=[str(path)], seq_len=32, batch_size=1))
     chosen = tok.decode(batch["chosen_tokens"][0][: batch["chosen_last"][0] + 1])
     assert chosen.endswith("<|im_start|>assistant\nHello!<|im_end|>")
     assert np.isnan(batch["gold_margin"][0])

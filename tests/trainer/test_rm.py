@@ -135,8 +135,8 @@ def test_rm_options_are_validated_by_name():
     with pytest.raises(config_lib.ConfigError, match=r"config\.rm\.colour"):
         rm.options(config_lib.from_config_dict(cd))
     cd = rm_config.get_config("tiny")
-    cd.data.jsonl = "/tmp/pairs.jsonl"
-    with pytest.raises(config_lib.ConfigError, match=r"config\.rm\.eval_jsonl"):
+    cd.data.files = ("/tmp/pairs.jsonl",)
+    with pytest.raises(config_lib.ConfigError, match=r"config\.data\.eval_files"):
         rm.options(config_lib.from_config_dict(cd))
 
 
@@ -180,8 +180,8 @@ def test_rm_scores_only_the_answer_after_think(rewarder):
 def test_unfinished_think_is_scored_on_the_whole_text(rewarder):
     r, params, cfg, tok = rewarder
     unfinished = "<think>\ntopic: tea. plan: a few facts, then"
-    assert rm_scoring.rm_answer(unfinished) == unfinished
-    assert rm_scoring.rm_answer("<think>\nplan\n</think>\n\n") == ""
+    assert chat_template.rm_answer(unfinished) == unfinished
+    assert chat_template.rm_answer("<think>\nplan\n</think>\n\n") == ""
     got = r.score_texts([PROMPT], [unfinished])[0]
     np.testing.assert_allclose(got, direct_score(params, cfg, tok, PROMPT, unfinished), atol=1e-5)
     assert abs(got - direct_score(params, cfg, tok, PROMPT, "")) > 1e-4
@@ -201,7 +201,7 @@ def test_bucketed_batches_equal_single_unpadded_scores(rewarder):
 
 def test_overlong_input_keeps_its_closing_token(rewarder):
     _, _, _, tok = rewarder
-    ids = rm_scoring.rm_input_ids(tok, PROMPT, ANSWER * 40, chat_template.DEFAULT, 64)
+    ids = chat_template.rm_input_ids(tok, PROMPT, ANSWER * 40, chat_template.DEFAULT, 64)
     assert len(ids) == 64 and ids[-1] == tok.eos_id
 
 

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 import jax
+from etils import epath
 
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
@@ -32,13 +33,16 @@ class Runtime:
 
 
 def stage_dir(workdir: str, stage: str) -> str:
+    """`workdir/stage`; a local workdir is made absolute, a URI (`gs://…`) kept as it is."""
+    if "://" in workdir:
+        return f"{workdir.rstrip('/')}/{stage}"
     return os.path.join(os.path.abspath(workdir), stage)
 
 
 def setup(cfg: config_lib.Config, workdir: str, total_steps: int | None = None) -> Runtime:
     config_lib.check_devices(cfg, jax.device_count())
     directory = stage_dir(workdir, cfg.stage)
-    os.makedirs(directory, exist_ok=True)
+    epath.Path(directory).mkdir(parents=True, exist_ok=True)
     mesh = mesh_lib.make_mesh(cfg.mesh.shape)
     rules = rules_lib.get_rules(cfg.mesh.rules)
     tx = optimizer.make(cfg.optim, total_steps or cfg.train.steps)

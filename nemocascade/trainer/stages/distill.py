@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
-from nemocascade.data import chat_template, tokenizer as tokenizer_lib
+from nemocascade.data import text
 from nemocascade.losses import distill
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer import forward, optimizer, rl_batch, teachers as teachers_lib
@@ -106,11 +106,12 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     r = cfg.rl
     dirs = teacher_dirs(r)
     check_config(r)
-    tok = tokenizer_lib.Tokenizer.load()
-    template = chat_template.Template(style=cfg.data.template_style)
+    tok, template, _ = text.for_config(cfg, stage_dir)
+    for domain, d in dirs.items():  # teachers share the student's tokenizer (C2 §4.4)
+        text.check_same(tok, d, f"the {domain} teacher", "the student's tokenizer")
     rt = common.setup(cfg, workdir)
     state, data_state, _ = common.init_state(rt)
-    stream = onpolicy.make_stream(cfg, data_state)
+    stream = onpolicy.make_stream(cfg, data_state, tok, template)
     teachers = teachers_lib.Teachers(
         cfg.model,
         dirs,

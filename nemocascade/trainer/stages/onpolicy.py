@@ -53,17 +53,49 @@ def modes_for(rl: config_lib.RLConfig, n: int) -> list[str]:
     return [rl.mode] * n
 
 
-def make_stream(cfg: config_lib.Config, data_state: dict) -> prompt_stream.PromptStream:
-    """`rl.prompts_per_step` RL-split prompts of `rl.domains` (in `rl.domain_weights`
-    proportions) per step, split over processes."""
+def prompt_filter(cfg: config_lib.Config, tok, template) -> Callable[[tasks_base.Example], bool]:
+    """keep(example): its prompt and the longest response fit the context (`data.long_prompts`).
+
+    A prompt that does not fit is dropped (counted and logged when the
+    records are indexed) or, with `data.long_prompts="error"`, stops the run
+    naming its file and line.
+    """
     r = cfg.rl
+    longest = max([r.max_new_tokens] + [c.max_new_tokens for c in r.curriculum])
+    room = cfg.model.max_seq_len - longest
+    modes = ("thinking", "instruct") if r.mode == "half_half" else (r.mode,)
+
+    def keep(example: tasks_base.Example) -> bool:
+        n = max(len(chat_template.render_example_prompt(tok, example, m, template)) for m in modes)
+        if n <= room:
+            return True
+        if cfg.data.long_prompts == "error":
+            raise config_lib.ConfigError(
+                f"{example.uid}: the prompt has {n} tokens; with config.rl.max_new_tokens="
+                f"{longest} at most {room} fit config.model.max_seq_len={cfg.model.max_seq_len} "
+                "(config.data.long_prompts='drop' drops such prompts)"
+            )
+        return False
+
+    return keep
+
+
+def make_stream(
+    cfg: config_lib.Config, data_state: dict, tok=None, template=None
+) -> prompt_stream.PromptStream:
+    """`rl.prompts_per_step` RL prompts of `rl.domains` (in `rl.domain_weights`
+    proportions, or of `data.files`) per step, split over processes."""
+    r = cfg.rl
+    keep = prompt_filter(cfg, tok, template) if cfg.data.files and tok is not None else None
     loader = pipelines.rl_prompts(
         batch_size=1,
         seed=cfg.train.seed,
         domains=r.domains,
         num_examples=r.num_prompts,
         domain_weights=r.domain_weights,
-        path=cfg.data.jsonl or None,
+        files=cfg.data.files,
+        file_weights=cfg.data.file_weights,
+        keep=keep,
         shard_index=jax.process_index(),
         shard_count=jax.process_count(),
     )

@@ -44,9 +44,9 @@ class VerifierRewarder:
         self._pool.close()
 
 
-def make(cfg: config_lib.Config, workdir: str, rt, tok):
+def make(cfg: config_lib.Config, workdir: str, rt, tok, template):
     if cfg.rl.reward == "rm":
         from nemocascade.trainer.stages import rm_scoring
 
-        return rm_scoring.RMRewarder(cfg, workdir, rt, tok)
+        return rm_scoring.RMRewarder(cfg, workdir, rt, tok, template)
     return VerifierRewarder(cfg.rl)

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
-from nemocascade.data import chat_template, tokenizer as tokenizer_lib
+from nemocascade.data import text
 from nemocascade.losses import kl as kl_lib, policy
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer import forward, rl_batch
@@ -98,12 +98,11 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
     rl = cfg.rl
-    tok = tokenizer_lib.Tokenizer.load()
-    template = chat_template.Template(style=cfg.data.template_style)
+    tok, template, _ = text.for_config(cfg, stage_dir)
     rt = common.setup(cfg, workdir)
     state, data_state, _ = common.init_state(rt)
-    stream = onpolicy.make_stream(cfg, data_state)
-    rewarder = rewarders.make(cfg, workdir, rt, tok)
+    stream = onpolicy.make_stream(cfg, data_state, tok, template)
+    rewarder = rewarders.make(cfg, workdir, rt, tok, template)
     step_fn = onpolicy.train_steps(cfg, rt, make_loss_fn)
 
     reference = _Reference(cfg, rt, state.params) if rl.kl_coef > 0 else None

@@ -4,7 +4,7 @@ The RM is the policy's decoder plus a scalar head on the hidden state of the
 closing `<|im_end|>` (`nemocascade.model.reward_head`); it sees the request and
 the final answer only (`chat_template.render_rm_input`). Pairs come from the
 built-in chat world (labelled by the hidden gold rubric, each label flipped
-with probability `config.rm.noise`, default 0.1) or from `config.data.jsonl`
+with probability `config.rm.noise`, default 0.1) or from `config.data.files`
 (`{"prompt", "chosen", "rejected"}` records). As in the paper the default is
 one epoch (`config.train.steps = 0` → `config.rm.epochs` × pairs / batch).
 
@@ -22,8 +22,8 @@ Held-out pairwise accuracy on the eval split is written as `pairwise_accuracy`
 params go to `DIR/rm/export` for RLHF (`config.rl.rm_from`).
 
 RM-specific knobs live in the config's `rm` section (`cfg.extra["rm"]`):
-noise, margin (Bradley–Terry margin, 0 as in the paper), epochs, eval_jsonl
-(held-out pairs when training from JSONL), rows_per_pair.
+noise, margin (Bradley–Terry margin, 0 as in the paper), epochs, rows_per_pair.
+Training from `config.data.files` needs held-out pairs in `config.data.eval_files`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from nemocascade import checkpointing, config as config_lib
-from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_lib
+from nemocascade.data import pipelines, text
 from nemocascade.losses import reward_model as rm_loss
 from nemocascade.model import presets, reward_head
 from nemocascade.sharding import rules as rules_lib
@@ -58,7 +58,6 @@ class RMOptions:
     noise: float = 0.1  # label-flip probability of built-in pairs
     margin: float = 0.0  # Bradley–Terry margin m in −log σ(r⁺ − r⁻ − m)
     epochs: float = 1.0  # passes over the pairs when train.steps == 0
-    eval_jsonl: str = ""  # held-out `{prompt, chosen, rejected}` pairs (JSONL runs)
     rows_per_pair: float = 0.5  # packed rows (of 2 × seq_len) per pair of a batch; 1 = no drops
 
 
@@ -73,9 +72,9 @@ def options(cfg: config_lib.Config) -> RMOptions:
         raise config_lib.ConfigError(
             f"config.rm.rows_per_pair must be in (0, 1], got {opts.rows_per_pair}"
         )
-    if cfg.data.jsonl and not opts.eval_jsonl:
+    if cfg.data.files and not cfg.data.eval_files:
         raise config_lib.ConfigError(
-            "config.rm.eval_jsonl is required with config.data.jsonl (held-out pairs)"
+            "config.data.eval_files (held-out preference pairs) is required with config.data.files"
         )
     return opts
 
@@ -252,7 +251,7 @@ def eval_batches(cfg: config_lib.Config, tok, opts: RMOptions, template, rows: i
         num_pairs=cfg.data.eval_examples,
         noise=opts.noise,
         split="eval",
-        path=opts.eval_jsonl or None,
+        files=cfg.data.eval_files,
         template=template,
         shard_index=jax.process_index(),
         shard_count=jax.process_count(),
@@ -319,8 +318,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
     opts = options(cfg)
-    tok = tokenizer_lib.Tokenizer.load()
-    template = chat_template.Template(style=cfg.data.template_style)
+    tok, template, _ = text.for_config(cfg, stage_dir)
     per_process = cfg.train.batch_size // jax.process_count()
     train = pipelines.preference_loader(
         tok,
@@ -330,7 +328,8 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         num_pairs=cfg.data.num_examples or None,
         noise=opts.noise,
         split="sft",
-        path=cfg.data.jsonl or None,
+        files=cfg.data.files,
+        file_weights=cfg.data.file_weights,
         template=template,
         shard_index=jax.process_index(),
         shard_count=jax.process_count(),

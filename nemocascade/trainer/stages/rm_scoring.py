@@ -35,25 +35,6 @@ MIN_BUCKET = 32
 TOKENS_PER_CALL = 1 << 16  # rows per forward = this / bucket length (at least the dp size)
 
 
-def rm_answer(completion: str) -> str:
-    """The part of an assistant completion the RM scores (see the module docstring)."""
-    if tokenizer_lib.THINK_CLOSE not in completion:
-        return completion
-    return chat_template.split_thinking(completion)[1] or ""
-
-
-def rm_input_ids(
-    tok: tokenizer_lib.Tokenizer,
-    prompt: str,
-    completion: str,
-    template: chat_template.Template,
-    max_len: int,
-) -> list[int]:
-    """RM input ids, at most `max_len`; an over-long input keeps its closing token."""
-    ids = chat_template.render_rm_input(tok, prompt, rm_answer(completion), template)
-    return ids if len(ids) <= max_len else ids[: max_len - 1] + ids[-1:]
-
-
 def length_buckets(max_len: int) -> tuple[int, ...]:
     """Powers of two from `MIN_BUCKET`, the last one capped at `max_len`."""
     out, b = [], MIN_BUCKET
@@ -81,7 +62,14 @@ class RMRewarder:
     its training sharding rules.
     """
 
-    def __init__(self, cfg: config_lib.Config, workdir: str, rt, tok: tokenizer_lib.Tokenizer):
+    def __init__(
+        self,
+        cfg: config_lib.Config,
+        workdir: str,
+        rt,
+        tok: tokenizer_lib.Tokenizer,
+        template: chat_template.AnyTemplate = chat_template.DEFAULT,
+    ):
         rm_dir = cfg.rl.rm_from or os.path.join(os.path.abspath(workdir), "rm")
         try:
             self._params = checkpointing.load_params(
@@ -91,7 +79,7 @@ class RMRewarder:
             raise config_lib.ConfigError(f"config.rl.rm_from: {e}") from None
         logging.info("[%s] reward model from %s", cfg.stage, rm_dir)
         self._tok = tok
-        self._template = chat_template.Template(style=cfg.data.template_style)
+        self._template = template
         self._mesh, self._rules = rt.mesh, rt.rules
         dp = self._mesh.shape["data"] * self._mesh.shape["fsdp"]
         self._dp_local = max(1, dp // jax.process_count())  # rows of a call on this process
@@ -109,10 +97,10 @@ class RMRewarder:
     def __call__(
         self, examples: Sequence[tasks_base.Example], rollouts: engine.RolloutBatch
     ) -> np.ndarray:
-        prompts = [examples[i].prompt for i in rollouts.example_index]
+        prompts = [chat_template.example_messages(examples[i]) for i in rollouts.example_index]
         return self.score_texts(prompts, list(rollouts.completions))
 
-    def score_texts(self, prompts: Sequence[str], completions: Sequence[str]) -> np.ndarray:
+    def score_texts(self, prompts: Sequence, completions: Sequence[str]) -> np.ndarray:
         """RM scores of (request, full completion) pairs, float32 [N].
 
         Also the reward-hacking monitor: the RL stage can log these beside the
@@ -122,7 +110,7 @@ class RMRewarder:
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
         cap = self._buckets[-1]
         ids = [
-            rm_input_ids(self._tok, p, c, self._template, cap)
+            chat_template.rm_input_ids(self._tok, p, c, self._template, cap)
             for p, c in zip(prompts, completions, strict=True)
         ]
         bucket_of = np.searchsorted(self._buckets, [len(x) for x in ids])

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 
 from nemocascade import checkpointing, config as config_lib
-from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_lib
+from nemocascade.data import chat_template, pipelines, text
 from nemocascade.losses import sft as sft_loss
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer import forward, loop, step as step_lib
@@ -43,24 +43,30 @@ def make_eval_loss(cfg: config_lib.Config, rt: common.Runtime, batches: list[dic
         num, (den, _) = loss_fn(params, batch, None)
         return num, den
 
-    def evaluate(params) -> float:
+    def evaluate(params) -> dict[str, float]:
+        if not batches:
+            return {}
         num = den = 0.0
         with jax.set_mesh(rt.mesh):
             for b in batches:
                 n, d = sums(params, rules_lib.put_batch(b, rt.mesh, rt.rules))
                 num, den = num + float(n), den + float(d)
-        return num / max(den, 1.0)
+        return {"eval_loss": num / max(den, 1.0)}
 
     return evaluate
 
 
-def loaders(cfg: config_lib.Config, tok):
-    template = chat_template.Template(style=cfg.data.template_style)
+def loaders(cfg: config_lib.Config, tok, template=chat_template.DEFAULT):
+    """Training batches and held-out batches (task world eval split, or `data.eval_files`).
+
+    With `data.files` and no `data.eval_files` there is no held-out set: a
+    real run never scores its loss on its own training records.
+    """
     common_kw = dict(
         seq_len=cfg.train.seq_len,
         domains=cfg.data.domains,
         modes=cfg.data.modes,
-        path=cfg.data.jsonl or None,
+        loss_turns=cfg.data.loss_turns,
         template=template,
         shard_index=jax.process_index(),
         shard_count=jax.process_count(),
@@ -72,11 +78,20 @@ def loaders(cfg: config_lib.Config, tok):
         seed=cfg.train.seed,
         num_examples=cfg.data.num_examples,
         domain_weights=cfg.data.domain_weights,
+        files=cfg.data.files,
+        file_weights=cfg.data.file_weights,
         pack=cfg.data.pack,
         **common_kw,
     )
+    if cfg.data.files and not cfg.data.eval_files:
+        logging.info("[%s] no config.data.eval_files: no held-out loss", cfg.stage)
+        return train, []
     held_out = pipelines.eval_batches(
-        tok, batch_size=per_process, num_examples=cfg.data.eval_examples, **common_kw
+        tok,
+        batch_size=per_process,
+        num_examples=cfg.data.eval_examples,
+        files=cfg.data.eval_files,
+        **common_kw,
     )
     return train, held_out
 
@@ -87,13 +102,9 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     if checkpointing.is_done(stage_dir):
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
-    tok = tokenizer_lib.Tokenizer.load()
-    if tok.vocab_size > cfg.model.vocab_size:
-        raise config_lib.ConfigError(
-            f"config.model.vocab_size={cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}"
-        )
+    tok, template, _ = text.for_config(cfg, stage_dir)
+    train, held_out = loaders(cfg, tok, template)
     rt = common.setup(cfg, workdir)
-    train, held_out = loaders(cfg, tok)
     state, data_state, _ = common.init_state(rt)
     if data_state:
         train.set_state(data_state)
@@ -122,8 +133,8 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         tokens_per_step=cfg.train.batch_size * cfg.train.seq_len,
         progress=cfg.train.progress,
     )
-    if int(jax.device_get(state.step)) == 0:
-        rt.writer.write(0, {"eval_loss": eval_loss(state.params)})
+    if int(jax.device_get(state.step)) == 0 and held_out:
+        rt.writer.write(0, eval_loss(state.params))
     state = loop.run(
         spec,
         state=state,
@@ -132,12 +143,12 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         data_state=train.get_state,
         manager=rt.manager,
         writer=rt.writer,
-        eval_fn=lambda s, step: {"eval_loss": eval_loss(s.params)},
+        eval_fn=(lambda s, step: eval_loss(s.params)) if held_out else None,
     )
-    final = {"eval_loss": eval_loss(state.params)}
-    rt.writer.write(cfg.train.steps, final)
-    logging.info("[%s] final held-out loss %.4f", cfg.stage, final["eval_loss"])
-    template = chat_template.Template(style=cfg.data.template_style)
+    final = eval_loss(state.params)
+    if final:
+        rt.writer.write(cfg.train.steps, final)
+        logging.info("[%s] final held-out loss %.4f", cfg.stage, final["eval_loss"])
     final.update(evaluation.write_matrix(cfg, tok, template, rt, state.params))
     checkpointing.export_params(stage_dir, state.params, {"stage": cfg.stage, **final})
     rt.close()
