@@ -12,9 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from nemocascade.kernels.attention import api as attention_api, sharded as attention_sharded
 from nemocascade.model import presets
-
-_NEG_INF = -1e30
 
 
 def dtype_of(name: str):
@@ -90,7 +89,8 @@ class Attention(nn.Module):
     Masking is expressed with slots and segments so that training (packed
     sequences) and decoding (left-padded prompts, growing cache) share one
     code path: query at slot i may attend key at slot j iff j <= i, both lie in
-    the same segment, and the key segment is not padding (0).
+    the same segment, and the key segment is not padding (0). The scores are
+    computed by `kernels/attention/api.py` with `cfg.attention_impl`.
     """
 
     cfg: presets.ModelConfig
@@ -150,23 +150,19 @@ class Attention(nn.Module):
             s = k_bskh.shape[1]
             k_slot_bs = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), k_seg_bs.shape)
 
-        b, t = q_btnh.shape[:2]
-        q_btkgh = q_btnh.reshape(b, t, k, n // k, h)
-        scores = jnp.einsum(
-            "btkgh,bskh->bkgts",
-            q_btkgh,
-            k_bskh.astype(q_btkgh.dtype),
-            preferred_element_type=jnp.float32,
-        ) * (h**-0.5)
-        mask_bts = (
-            (k_slot_bs[:, None, :] <= q_slot_bt[:, :, None])
-            & (k_seg_bs[:, None, :] == q_seg_bt[:, :, None])
-            & (k_seg_bs[:, None, :] != 0)
+        out_btnh = attention_api.attention(
+            q_btnh,
+            k_bskh,
+            v_bskh,
+            q_slot_bt,
+            q_seg_bt,
+            k_slot_bs,
+            k_seg_bs,
+            implementation=cfg.attention_impl,
+            self_attention=not cache,
+            mesh_axes=_mesh_axes(),
         )
-        scores = jnp.where(mask_bts[:, None, None], scores, _NEG_INF)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v_bskh.dtype)
-        out_btkgh = jnp.einsum("bkgts,bskh->btkgh", probs, v_bskh.astype(probs.dtype))
-        out_btnh = constrain(out_btkgh.reshape(b, t, n, h).astype(dtype_of(cfg.dtype)), _ACT_Q)
+        out_btnh = constrain(out_btnh.astype(dtype_of(cfg.dtype)), _ACT_Q)
         out_btd = Dense(
             "btnh,nhd->btd", (n, h, d), ("heads", "head_dim", "embed"), cfg, name="o_proj"
         )(out_btnh)
@@ -190,3 +186,10 @@ class MLP(nn.Module):
 
 _ACT_Q = ("act_batch", "act_len", "act_heads", None)
 _ACT_KV = ("act_batch", "act_len", "act_kv_heads", None)
+
+
+def _mesh_axes() -> attention_sharded.MeshAxes:
+    """Mesh axes of batch and heads under the current logical rules (for shard_map)."""
+    q = nn.logical_to_mesh_axes(_ACT_Q)
+    kv = nn.logical_to_mesh_axes(_ACT_KV)
+    return attention_sharded.MeshAxes(batch=q[0], heads=q[2], kv_heads=kv[2])

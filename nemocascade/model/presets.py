@@ -11,6 +11,8 @@ import dataclasses
 
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
 DTYPES = ("float32", "bfloat16")
+# `nemocascade/kernels/attention/api.py` implements these; "" picks by platform.
+ATTENTION_IMPLS = ("", "xla", "chunked_xla", "dot_product", "splash", "pallas_gpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +36,8 @@ class ModelConfig:
       remat_policy: rematerialization policy of each scanned block.
       scan_layers: stack layers with `nn.scan` (one compiled block).
       max_seq_len: longest sequence the model is used with (KV cache size cap).
+      attention_impl: attention implementation (`ATTENTION_IMPLS`); "" picks
+        by platform (cpu: xla, tpu: splash, gpu: chunked_xla).
     """
 
     vocab_size: int
@@ -52,6 +56,7 @@ class ModelConfig:
     remat_policy: str = "none"
     scan_layers: bool = True
     max_seq_len: int = 2048
+    attention_impl: str = ""
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads"):
@@ -70,6 +75,10 @@ class ModelConfig:
         if self.remat_policy not in REMAT_POLICIES:
             raise ValueError(
                 f"model.remat_policy={self.remat_policy!r}; choose from {REMAT_POLICIES}"
+            )
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(
+                f"model.attention_impl={self.attention_impl!r}; choose from {ATTENTION_IMPLS}"
             )
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in DTYPES:
