@@ -28,6 +28,8 @@ def base(stage: str, size: str) -> ml_collections.ConfigDict:
     c.mesh.rules = "fsdp" if size in ("tiny", "small") else "fsdp_tp"
     if size in ("8b", "14b"):
         c.mesh.shape = (1, -1, 4)
+        # A real model trains on real data only (docs/data.md): no silent toy run.
+        c.data.task_world = False
     return c
 
 

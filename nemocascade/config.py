@@ -151,6 +151,13 @@ class RLConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SandboxConfig:
+    """Where model-written code runs (docs/security.md)."""
+
+    backend: str = "bwrap"  # bwrap | rlimit (weaker, explicit opt-in only)
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     stage: str
     model: presets.ModelConfig
@@ -161,6 +168,7 @@ class Config:
     init: InitConfig = InitConfig()
     eval: EvalConfig = EvalConfig()
     rl: RLConfig = RLConfig()
+    sandbox: SandboxConfig = SandboxConfig()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -176,6 +184,7 @@ class _ConfigSections:
     init: InitConfig = InitConfig()
     eval: EvalConfig = EvalConfig()
     rl: RLConfig = RLConfig()
+    sandbox: SandboxConfig = SandboxConfig()
 
 
 STAGES = ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "mopd", "cascade")
@@ -317,6 +326,10 @@ def validate(cfg: Config) -> Config:
         f"config.train.seq_len={t.seq_len} exceeds model max_seq_len={cfg.model.max_seq_len}",
     )
     _validate_rl(cfg.rl)
+    _check(
+        cfg.sandbox.backend in ("bwrap", "rlimit"),
+        f"config.sandbox.backend={cfg.sandbox.backend!r}; choose bwrap or rlimit",
+    )
     _check(
         not (cfg.rl.domain_weights and d.files),
         "config.rl.domain_weights weights the built-in world's per-domain prompt pools; "

@@ -30,12 +30,12 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 
-from nemocascade import checkpointing, generate
+from nemocascade import checkpointing, config as config_lib, generate
 from nemocascade.model import hf_convert, presets, transformer
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import state as state_lib
 
-MODEL_CONFIG_FILE = "model_config.json"
+MODEL_CONFIG_FILE = config_lib.MODEL_CONFIG_FILE
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _NOT_POLICY = ("rm",)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9}
@@ -250,9 +250,14 @@ def run(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from nemocascade import errors
+
+    argv, verbose = errors.split_verbose(argv)
     args = parse_args(argv)
+    source = f"--from_hf={args.from_hf}" if args.from_hf else f"--from={args.source}"
     try:
-        summary = run(args)
+        with errors.one_line("convert", verbose=verbose, context=source):
+            summary = run(args)
     except UsageError as e:
         sys.exit(f"convert: {e}")
     if jax.process_index() == 0:

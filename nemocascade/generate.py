@@ -27,8 +27,8 @@ import flax.linen as nn
 import jax
 import orbax.checkpoint as ocp
 
-from nemocascade import checkpointing
-from nemocascade.data import chat_template, tokenizer as tokenizer_lib
+from nemocascade import checkpointing, config as config_lib
+from nemocascade.data import chat_template, jinja_template, text
 from nemocascade.model import presets, transformer
 from nemocascade.rollout import modes as modes_lib, sampler, sampling
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
@@ -96,11 +96,28 @@ def infer_model_config(params_dir: str, preset: str | None = None) -> presets.Mo
     return presets.ModelConfig(**shape, scan_layers=scanned)
 
 
+def stage_dir_of(workdir: str, stage: str | None) -> str:
+    """The stage directory: `workdir` itself when it holds an export (a converted checkpoint)."""
+    if not stage and os.path.isdir(os.path.join(workdir, "export")):
+        return os.path.abspath(workdir)
+    return os.path.join(os.path.abspath(workdir), resolve_stage(workdir, stage))
+
+
+def model_config(params_dir: str, stage_dir: str, preset: str | None) -> presets.ModelConfig:
+    """`--preset`, else the stage's `model_config.json` (exact), else inferred from shapes."""
+    if not preset:
+        try:
+            return config_lib.checkpoint_model(stage_dir)
+        except ValueError:
+            pass
+    return infer_model_config(params_dir, preset)
+
+
 def load(workdir: str, stage: str | None, preset: str | None = None):
-    """(params on a decode mesh, model config, mesh, rules, stage name)."""
-    stage = resolve_stage(workdir, stage)
-    params_dir = checkpointing.resolve_params_dir(os.path.join(workdir, stage))
-    cfg = infer_model_config(params_dir, preset)
+    """(params on a decode mesh, model config, mesh, rules, stage directory)."""
+    stage_dir = stage_dir_of(workdir, stage)
+    params_dir = checkpointing.resolve_params_dir(stage_dir)
+    cfg = model_config(params_dir, stage_dir, preset)
     mesh = mesh_lib.make_mesh((1, -1, 1))
     rules = rules_lib.get_rules("decode")
     shardings = state_lib.param_shardings(cfg, mesh, rules)
@@ -110,7 +127,7 @@ def load(workdir: str, stage: str | None, preset: str | None = None):
     abstract = jax.tree.map(
         lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings
     )
-    return checkpointing.load_params(params_dir, abstract), cfg, mesh, rules, stage
+    return checkpointing.load_params(params_dir, abstract), cfg, mesh, rules, stage_dir
 
 
 def method_from(temperature: float, top_p: float, top_k: int) -> sampling.Method:
@@ -192,6 +209,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--stage", default=None, help="Stage to load (default: last finished).")
     p.add_argument("--preset", default=None, help="Model preset (default: from the checkpoint).")
     p.add_argument("--mode", choices=modes_lib.NAMES, default="thinking")
+    p.add_argument(
+        "--tokenizer", default="", help="'builtin' or a tokenizer.json dir (default: the stage's)."
+    )
+    p.add_argument(
+        "--chat_template", default="", help="'builtin' or a .jinja file (default: the model's)."
+    )
+    p.add_argument("--mode_switch", choices=jinja_template.MODE_SWITCHES, default="enable_thinking")
     p.add_argument("--template_style", choices=chat_template.STYLES, default="c1")
     p.add_argument("--prompt", default=None, help="One prompt; the completion goes to stdout.")
     p.add_argument("--input", default=None, help="JSONL of {'prompt'|'messages': ...}.")
@@ -223,9 +247,19 @@ def run(args: argparse.Namespace) -> list[dict]:
         raise UsageError(f"--thinking_budget must be >= 0, got {args.thinking_budget}")
     method = method_from(args.temperature, args.top_p, args.top_k)
     records = [{"prompt": args.prompt}] if args.prompt is not None else read_records(args.input)
-    params, cfg, mesh, rules, _ = load(args.workdir, args.stage, args.preset)
-    tok = tokenizer_lib.Tokenizer.load()
-    template = chat_template.Template(style=args.template_style)
+    params, cfg, mesh, rules, stage_dir = load(args.workdir, args.stage, args.preset)
+    try:
+        tok, source = text.load_tokenizer(args.tokenizer or "", stage_dir)
+        template = text.load_template(
+            args.chat_template,
+            source,
+            tok=tok,
+            style=args.template_style,
+            mode_switch=args.mode_switch,
+        )
+        text.check_model(tok, template, cfg, (args.mode,))
+    except config_lib.ConfigError as e:
+        raise UsageError(str(e).replace("config.data.", "--")) from None
     mode = modes_lib.get(args.mode, tok, template, args.thinking_budget)
     longest = max(len(mode.prompt(tok, _messages(r))) for r in records)
     if longest + args.max_new_tokens > cfg.max_seq_len:
@@ -255,9 +289,13 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from nemocascade import errors
+
+    argv, verbose = errors.split_verbose(argv)
     args = parse_args(argv)
     try:
-        out = run(args)
+        with errors.one_line("generate", verbose=verbose, context=f"--workdir={args.workdir}"):
+            out = run(args)
     except UsageError as e:
         sys.exit(f"generate: {e}")
     if args.prompt is not None:

@@ -64,21 +64,25 @@ def tokenizer_dir(path: str) -> epath.Path | None:
     return None
 
 
-def _describe(tok) -> str:
-    return tok.name
+def load_tokenizer(spec: str, init_from: str = "", checkpoint_field="config.init.init_from"):
+    """(tokenizer, source) for a `data.tokenizer` value (see the module docstring).
 
-
-def load_tokenizer(spec: str, init_from: str = ""):
-    """(tokenizer, source) for a `data.tokenizer` value (see the module docstring)."""
-    if spec == BUILTIN or (not spec and tokenizer_dir(init_from) is None):
-        return tokenizer_lib.Tokenizer.load(), BUILTIN
-    path = epath.Path(spec) if spec else tokenizer_dir(init_from)
-    field = f"config.data.tokenizer={spec!r}" if spec else f"config.init.init_from={init_from!r}"
-    try:
-        directory = path if path.is_dir() else path.parent
-        return hf_tokenizer.HFTokenizer.load(path), str(directory)
-    except (FileNotFoundError, ValueError) as e:
-        raise config_lib.ConfigError(f"{field}: {e}") from None
+    An explicit tokenizer must be the one the checkpoint at `init_from` carries.
+    """
+    stored = tokenizer_dir(init_from)
+    if spec == BUILTIN or (not spec and stored is None):
+        tok, source = tokenizer_lib.Tokenizer.load(), BUILTIN
+    else:
+        path = epath.Path(spec) if spec else stored
+        field = f"config.data.tokenizer={spec!r}" if spec else f"{checkpoint_field}={init_from!r}"
+        try:
+            directory = path if path.is_dir() else path.parent
+            tok, source = hf_tokenizer.HFTokenizer.load(path), str(directory)
+        except (FileNotFoundError, ValueError) as e:
+            raise config_lib.ConfigError(f"{field}: {e}") from None
+    if spec:
+        check_same(tok, init_from, checkpoint_field, f"config.data.tokenizer={spec!r}")
+    return tok, source
 
 
 def load_template(
@@ -119,11 +123,16 @@ def check_same(tok, other_dir: str, what: str, field: str) -> None:
         return
     stored = hf_tokenizer.HFTokenizer.load(d)
     if stored.tokenizer_json != getattr(tok, "tokenizer_json", None):
+        theirs = (
+            f"the task world's {tok.vocab_size}-piece SentencePiece model"
+            if tok.name == BUILTIN
+            else tok.name
+        )
         raise config_lib.ConfigError(
-            f"{what} {other_dir} carries the tokenizer {_describe(stored)} (at {d}), but "
-            f"{field} gives {_describe(tok)}: token ids would index unrelated embedding rows. "
-            f"Leave config.data.tokenizer empty to use the checkpoint's, or point it at the same "
-            f"tokenizer.json"
+            f"{what}={other_dir} carries the tokenizer {stored.name} (at {d}), but "
+            f"{field} gives {theirs}: token ids would index unrelated embedding rows. "
+            "Leave config.data.tokenizer empty to use the checkpoint's, or point it at the same "
+            "tokenizer.json"
         )
 
 
@@ -132,7 +141,7 @@ def check_model(tok, template, model, modes) -> None:
     if tok.vocab_size > model.vocab_size:
         raise config_lib.ConfigError(
             f"config.model.vocab_size={model.vocab_size} is smaller than the tokenizer's "
-            f"vocabulary ({tok.vocab_size} ids, {_describe(tok)})"
+            f"vocabulary ({tok.vocab_size} ids, {tok.name})"
         )
     if "thinking" in modes:
         missing = []
@@ -144,10 +153,28 @@ def check_model(tok, template, model, modes) -> None:
         if missing:
             raise config_lib.ConfigError(
                 f"the thinking mode needs the tokens {missing}, which the tokenizer "
-                f"({_describe(tok)}) lacks; use instruct mode only (config.data.modes / "
+                f"({tok.name}) lacks; use instruct mode only (config.data.modes / "
                 f"config.rl.mode / config.eval.modes) or a tokenizer with them"
             )
     del template
+
+
+def check_sources(cfg: config_lib.Config) -> None:
+    """Without the task world (`:8b`/`:14b`), a run needs its data and its checkpoint."""
+    if cfg.data.task_world:
+        return
+    if not cfg.data.files:
+        raise config_lib.ConfigError(
+            "config.data.files is empty: with config.data.task_world=False (the :8b/:14b "
+            "variants) a run trains on your records (docs/data.md), e.g. "
+            "--config.data.files=/data/train.jsonl (--config.data.task_world=True: the toy world)"
+        )
+    if not cfg.init.init_from and not cfg.init.resume_from:
+        raise config_lib.ConfigError(
+            "config.init.init_from is empty: a real-model run starts from a converted "
+            "checkpoint (python -m nemocascade.convert --from_hf=HF_DIR --to=CKPT, then "
+            "--config.init.init_from=CKPT)"
+        )
 
 
 def modes_in_use(cfg: config_lib.Config) -> set[str]:
@@ -165,19 +192,10 @@ def for_config(cfg: config_lib.Config, stage_dir: str | None = None) -> Text:
     """
     d = cfg.data
     init_from = cfg.init.init_from
+    check_sources(cfg)
     tok, source = load_tokenizer(d.tokenizer, init_from)
-    field = f"config.data.tokenizer={d.tokenizer or '(default)'}"
-    if d.tokenizer:
-        check_same(tok, init_from, "config.init.init_from", field)
-        if d.tokenizer == BUILTIN and tokenizer_dir(init_from) is not None:
-            raise config_lib.ConfigError(
-                f"config.init.init_from={init_from} carries the tokenizer "
-                f"{_describe(hf_tokenizer.HFTokenizer.load(tokenizer_dir(init_from)))}, but "
-                f"config.data.tokenizer='builtin' gives the task world's {tok.vocab_size}-piece "
-                "SentencePiece model: token ids would index unrelated embedding rows. Leave "
-                "config.data.tokenizer empty to use the checkpoint's"
-            )
     if stage_dir is not None:
+        field = f"config.data.tokenizer={d.tokenizer or '(default)'}"
         check_same(tok, stage_dir, "the stage directory", field)
     template = load_template(
         d.chat_template, source, tok=tok, style=d.template_style, mode_switch=d.mode_switch
@@ -188,7 +206,7 @@ def for_config(cfg: config_lib.Config, stage_dir: str | None = None) -> Text:
     logging.info(
         "[%s] tokenizer %s (%s), chat template %s",
         cfg.stage,
-        _describe(tok),
+        tok.name,
         source,
         getattr(template, "origin", "") or f"builtin {getattr(template, 'style', '')}",
     )

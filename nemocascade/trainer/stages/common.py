@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from typing import Any
@@ -39,10 +40,21 @@ def stage_dir(workdir: str, stage: str) -> str:
     return os.path.join(os.path.abspath(workdir), stage)
 
 
+def write_run_files(cfg: config_lib.Config, directory: str) -> None:
+    """`config.json` (the resolved config) and `model_config.json` (the shape) of a stage."""
+    if jax.process_index() != 0:
+        return
+    d = epath.Path(directory)
+    (d / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1, default=str))
+    model = json.dumps(dataclasses.asdict(cfg.model), indent=2)
+    (d / config_lib.MODEL_CONFIG_FILE).write_text(model)
+
+
 def setup(cfg: config_lib.Config, workdir: str, total_steps: int | None = None) -> Runtime:
     config_lib.check_devices(cfg, jax.device_count())
     directory = stage_dir(workdir, cfg.stage)
     epath.Path(directory).mkdir(parents=True, exist_ok=True)
+    write_run_files(cfg, directory)
     mesh = mesh_lib.make_mesh(cfg.mesh.shape)
     rules = rules_lib.get_rules(cfg.mesh.rules)
     tx = optimizer.make(cfg.optim, total_steps or cfg.train.steps)
