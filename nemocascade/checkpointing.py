@@ -19,9 +19,11 @@ fails every step the same way, and its checkpoints must stay where they are).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -41,6 +43,25 @@ def first_line(e: BaseException, limit: int = 200) -> str:
     text = str(e).strip().splitlines()
     line = f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def check_space(directory: str, state: Any) -> None:
+    """Raises ENOSPC before a save that cannot fit, instead of failing inside orbax.
+
+    The need is this process's share of the state's raw bytes (orbax's
+    compression can only make the checkpoint smaller). A disk that fills up
+    during the save still fails there, and the entry point's one-line error
+    reports it too.
+    """
+    need = sum(getattr(x, "nbytes", 0) for x in jax.tree.leaves(state)) // jax.process_count()
+    free = shutil.disk_usage(directory).free
+    if free < need:
+        raise OSError(
+            errno.ENOSPC,
+            f"{os.strerror(errno.ENOSPC)}: a checkpoint needs {need / 2**20:.1f} MiB, "
+            f"{free / 2**20:.1f} MiB free",
+            directory,
+        )
 
 
 def incomplete(step_dir: str) -> str | None:
@@ -76,6 +97,7 @@ class Manager:
         return self._mngr.latest_step()
 
     def save(self, step: int, state: Any, data_state: dict | None = None, *, force=False):
+        check_space(self.directory, state)
         args = {"state": ocp.args.StandardSave(state)}
         args["data"] = ocp.args.JsonSave(data_state or {})
         self._mngr.save(step, args=ocp.args.Composite(**args), force=force)

@@ -2,7 +2,9 @@
 
 Parses flags, initializes multi-host JAX when launched that way, validates the
 config (failing before any compile with a message naming the field) and hands
-off to the stage named by `config.stage`.
+off to the stage named by `config.stage`. Faults of the environment (full
+disk, unwritable workdir, damaged checkpoint) end in one line naming the
+cause (`nemocascade.errors`); `--verbose` adds the traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import sys
 
 from absl import app, flags
 from ml_collections import config_flags
+
+from nemocascade import errors
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "cascade.py")
 
@@ -114,12 +118,13 @@ def main(argv):
         cfg = config_lib.from_config_dict(_CONFIG.value)
     except config_lib.ConfigError as e:
         sys.exit(f"config error: {e}")
-    _maybe_initialize_distributed()
-    _enable_compilation_cache(cfg.train.compilation_cache, _WORKDIR.value)
-    from nemocascade.trainer import dispatch
-
     try:
-        dispatch.run(cfg, _WORKDIR.value)
+        with errors.one_line("nemocascade.main"):
+            _maybe_initialize_distributed()
+            _enable_compilation_cache(cfg.train.compilation_cache, _WORKDIR.value)
+            from nemocascade.trainer import dispatch
+
+            dispatch.run(cfg, _WORKDIR.value)
     except config_lib.ConfigError as e:
         sys.exit(f"config error: {e}")
 
