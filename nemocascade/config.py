@@ -118,6 +118,7 @@ class RLConfig:
 
     domains: tuple[str, ...] = ("math",)
     reward: str = ""  # verifier name; "" = the domain's verifier; "rm" = reward model
+    reward_fn: str = ""  # "package.module:function" reward plug-in (verifier signature), any domain
     rm_from: str = ""  # stage dir of the reward model when reward == "rm"
     mode: str = "thinking"  # thinking | instruct | half_half
     group_size: int = 8
@@ -362,6 +363,14 @@ def parse_teachers(text: str) -> dict[str, str]:
 
 
 def _validate_rl(r: RLConfig):
+    if r.reward_fn:
+        from nemocascade.rewards import registry  # imports the plug-in module
+
+        _check(not r.reward, f"config.rl.reward_fn and config.rl.reward={r.reward!r} both set")
+        try:
+            registry.load_plugin(r.reward_fn)
+        except ValueError as e:
+            _check(False, f"config.rl.reward_fn: {e}")
     for dom in r.domains:
         _check(
             dom in tasks_base.DOMAINS, f"config.rl.domains has {dom!r}; valid {tasks_base.DOMAINS}"

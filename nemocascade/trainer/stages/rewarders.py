@@ -18,14 +18,14 @@ from nemocascade.tasks import base as tasks_base
 
 
 class VerifierRewarder:
-    """Scores every rollout with its example's verifier (or `rl.reward` when set)."""
+    """Scores every rollout with its example's verifier (or `rl.reward_fn` / `rl.reward`)."""
 
     def __init__(self, rl: config_lib.RLConfig):
         if rl.reward and rl.reward not in registry.names():
             raise config_lib.ConfigError(
                 f"config.rl.reward={rl.reward!r}; choose from {registry.names()} or 'rm'"
             )
-        self._fixed = rl.reward or None
+        self._fixed = rl.reward_fn or rl.reward or None  # a plug-in runs in the pool too
         self._pool = pool_lib.VerifierPool(
             num_workers=rl.verifier_workers, timeout_s=rl.verifier_timeout_s
         ).__enter__()
