@@ -9,10 +9,12 @@ anything is compiled. Library code receives these dataclasses only.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from typing import Any
 
+from etils import epath
 from ml_collections import config_dict
 
 from nemocascade.model import presets
@@ -72,6 +74,7 @@ class DataConfig:
     # task world, mixed by `file_weights` (× each file's records per epoch).
     files: tuple[str, ...] = ()
     file_weights: tuple[float, ...] = ()
+    task_world: bool = True  # False (`:8b`/`:14b`): data.files and init.init_from are required
     eval_files: tuple[str, ...] = ()  # held-out records (SFT loss, RM accuracy)
     eval_examples: int = 256
     # Tokenizer and chat template (data/text.py): "" = the init_from checkpoint's.
@@ -452,6 +455,26 @@ def defaults(stage: str, preset: str) -> dict[str, Any]:
     return {**sections, "model": model}
 
 
+CHECKPOINT_PRESET = "checkpoint"
+MODEL_CONFIG_FILE = "model_config.json"
+
+
+def checkpoint_model(init_from: str, **overrides) -> presets.ModelConfig:
+    """`model.preset="checkpoint"`: the shape in `model_config.json` beside `init.init_from`.
+
+    `convert --from_hf` and every stage write that file, so any converted
+    Qwen3/Llama size runs without a preset of its own.
+    """
+    if not init_from:
+        raise ValueError("preset='checkpoint' needs config.init.init_from")
+    here = epath.Path(init_from)
+    for d in (here, here.parent):
+        if (d / MODEL_CONFIG_FILE).exists():
+            fields = json.loads((d / MODEL_CONFIG_FILE).read_text())
+            return dataclasses.replace(presets.ModelConfig(**fields), **overrides)
+    raise ValueError(f"preset='checkpoint': no {MODEL_CONFIG_FILE} in {init_from} or its parent")
+
+
 def from_config_dict(cd: Any) -> Config:
     """ConfigDict (from a config file) → validated `Config`."""
     cd = dict(cd.items())
@@ -459,7 +482,11 @@ def from_config_dict(cd: Any) -> Config:
     model_cd = {k: v for k, v in cd.pop("model", {}).items() if v is not None}
     preset = model_cd.pop("preset", "tiny")
     try:
-        model = presets.get_preset(preset, **model_cd)
+        if preset == CHECKPOINT_PRESET:
+            init = cd.get("init") or {}
+            model = checkpoint_model(init.get("init_from") or "", **model_cd)
+        else:
+            model = presets.get_preset(preset, **model_cd)
     except ValueError as e:
         raise ConfigError(f"config.model: {e}") from None
     hints = {f.name for f in dataclasses.fields(Config)}
