@@ -38,8 +38,17 @@ class CheckpointError(RuntimeError):
     """No usable checkpoint or export where one was expected; the message names the path."""
 
 
-def first_line(e: BaseException, limit: int = 200) -> str:
-    """`Type: first line of the message`, cut to `limit` characters (tensorstore's run long)."""
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """`Type: first line` of the innermost cause of `e`, cut to `limit` characters.
+
+    orbax re-raises tensorstore's errors as "error while reading array index …";
+    the innermost one says what is wrong with which file.
+    """
+    while True:
+        inner = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+        if inner is None:
+            break
+        e = inner
     text = str(e).strip().splitlines()
     line = f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -68,16 +77,29 @@ def incomplete(step_dir: str) -> str | None:
     """Why `step_dir` is not a complete checkpoint (None if it looks complete).
 
     Cheap structural checks only: the commit marker and step metadata exist,
-    and no file is empty. Zeroed or truncated data is caught by the restore.
+    no file is empty and the JSON metadata parses. Zeroed or truncated array
+    data is caught by the restore.
     """
     for marker in (COMMIT_FILE, STEP_METADATA):
         if not os.path.isfile(os.path.join(step_dir, marker)):
             return f"no {marker} (the save did not finish)"
-    for root, _, files in os.walk(step_dir):
-        for name in files:
+    return damaged_files(step_dir)
+
+
+def damaged_files(directory: str) -> str | None:
+    """An empty file, or `_METADATA`/`_CHECKPOINT_METADATA` that is not JSON, in `directory`."""
+    for root, _, files in os.walk(directory):
+        for name in sorted(files):
             path = os.path.join(root, name)
+            rel = os.path.relpath(path, directory)
             if os.path.getsize(path) == 0:
-                return f"empty file {os.path.relpath(path, step_dir)}"
+                return f"empty file {rel}"
+            if name in ("_METADATA", STEP_METADATA):
+                try:
+                    with open(path, "rb") as f:
+                        json.loads(f.read().decode("utf-8"))
+                except (ValueError, UnicodeDecodeError) as e:
+                    return f"{rel} is not valid JSON ({first_line(e, 80)})"
     return None
 
 
@@ -184,13 +206,20 @@ def is_done(stage_dir: str) -> bool:
 
 
 def resolve_params_dir(path: str) -> str:
-    """Accepts a stage dir (…/sft), its export dir, or an orbax params dir."""
+    """Accepts a stage dir (…/sft), its export dir, or an orbax params dir.
+
+    An export with an empty file or unparsable metadata raises CheckpointError
+    here, before anything reads it.
+    """
     path = os.path.abspath(path)
     for candidate in (os.path.join(path, "export"), path):
         if os.path.isdir(candidate) and (
             os.path.exists(os.path.join(candidate, "_METADATA"))
             or os.path.exists(os.path.join(candidate, "_CHECKPOINT_METADATA"))
         ):
+            damage = damaged_files(candidate)
+            if damage:
+                raise CheckpointError(f"exported params in {candidate} are damaged: {damage}")
             return candidate
     raise FileNotFoundError(
         f"no exported params under {path!r} (expected {path}/export written by a finished stage)"

@@ -114,6 +114,18 @@ def test_damaged_export_is_one_line(tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_damaged_export_metadata_is_caught_before_reading(tmp_path):
+    stage = tmp_path / "sft"
+    checkpointing.export_params(str(stage), STATE)
+    _zero(f"{stage}/export/_METADATA")
+    with pytest.raises(checkpointing.CheckpointError) as e:
+        checkpointing.resolve_params_dir(str(stage))
+    assert str(e.value) == (
+        f"exported params in {stage}/export are damaged: _METADATA is not valid JSON "
+        "(JSONDecodeError: Expecting value: line 1 column 1 (char 0))"
+    )
+
+
 def test_writer_drops_replayed_rows(tmp_path):
     w = metrics.Writer(str(tmp_path), tensorboard=False)
     for s in range(1, 6):
