@@ -12,8 +12,9 @@ block 0. Rules:
   `\\boxed{...}` whose content is an integer (optional minus sign, digits
   only) equal to the gold value. Text around the box is ignored; a second
   box, a box only inside the think block, or a non-integer box scores 0.
-* code: the answer's function (the first fenced block if there is one, else
-  the whole answer) must pass every hidden test in the sandbox.
+* code: the answer's program (the first fenced block if there is one, else
+  the whole answer) must pass every hidden test in the sandbox; test kinds
+  (function calls, stdin/stdout, assertions) in `code_tests`.
 * if: 1 iff every instruction holds. Real records carry IFEval/IFBench
   `meta["instruction_id_list"]` + `meta["kwargs"]`, checked strictly by
   `ifeval.scoring` (`info["instructions"]` has each result); the task world
@@ -25,11 +26,10 @@ from __future__ import annotations
 
 import re
 
-from nemocascade.rewards import base, math_answer, sandbox
+from nemocascade.rewards import base, code_tests, math_answer
 from nemocascade.rewards.ifeval import scoring as ifeval_scoring
 from nemocascade.tasks import base as tasks_base, chat, instruction
 
-CODE_TIMEOUT_S = 2.0
 MATH_TIMEOUT_S = 2.0  # one math-verify check (parse both sides + compare)
 IF_LOOSE = False  # IF reward on strict scoring (C1 §4.4: all constraints hold)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -73,20 +73,25 @@ def extract_code(answer: str) -> str:
 
 
 def code(prompt: str, completion: str, example: tasks_base.Example) -> base.RewardResult:
+    """All tests pass (C1 §4.6); `info` has the pass rate. Kinds: `code_tests`."""
     del prompt
     _, answer = base.split_thinking(completion)
     if answer is None:
         return base.unfinished()
-    outcome = sandbox.run_code(
-        extract_code(answer),
-        [tuple(t) for t in example.meta["tests"]],
-        func_name=example.meta["func_name"],
-        timeout_s=CODE_TIMEOUT_S,
-    )
-    info = {"passed": outcome.passed, "total": outcome.total, "backend": outcome.backend}
-    if outcome.error is not None:
-        info["error"] = outcome.error
-    return base.RewardResult(float(outcome.all_passed), info)
+    error = code_tests.payload_error(example.meta)
+    if error is not None:
+        raise ValueError(error)
+    result = code_tests.run(extract_code(answer), example.meta)
+    info = {
+        "passed": result.passed,
+        "total": result.total,
+        "pass_rate": result.passed / result.total,
+        "kind": result.kind,
+        "backend": result.backend,
+    }
+    if result.error is not None:
+        info["error"] = result.error
+    return base.RewardResult(float(result.passed == result.total), info)
 
 
 def instruction_following(
@@ -158,5 +163,7 @@ def chat_gold(prompt: str, completion: str, example: tasks_base.Example) -> base
 
 def payload_error(domain: str, meta: dict) -> str | None:
     """Why `meta` is no verification payload for `domain` (a message naming the key), or None."""
+    if domain == "code":
+        return code_tests.payload_error(meta)
     rule = _PAYLOAD_ERRORS.get(domain)  # math, if; chat has no payload
     return None if rule is None else rule(meta)

@@ -10,9 +10,12 @@ import uuid
 
 import pytest
 
+from configs import stage3_long as stage3_config
+from nemocascade import config as config_lib
 from nemocascade.rewards import sandbox
+from nemocascade.rewards.sandbox import jail
 
-BACKENDS = ["rlimit"] + (["bwrap"] if sandbox.available_backend() == "bwrap" else [])
+BACKENDS = ["rlimit"] + (["bwrap"] if jail.bwrap_works() else [])
 OK = "def f(x):\n    return x + 1"
 
 
@@ -161,8 +164,9 @@ def test_server_death_is_recovered(backend):
     box = sandbox.Sandbox(backend)
     reply = box.run(OK, [1], func_name="f", timeout_s=1, memory_mb=256, max_output_bytes=1024)
     assert reply == {"outputs": [{"value": 2}]}
-    # A root host's server runs as nobody, so RLIMIT_NPROC binds its children.
-    assert box.server_uid == (sandbox.NOBODY if os.getuid() == 0 else os.getuid())
+    # A root host's server runs as its own uid, so RLIMIT_NPROC binds its children.
+    assert box.server_uid == (box.uid if os.getuid() == 0 else os.getuid())
+    assert box.uid == 0 or box.uid >= jail.UID_BASE
     os.kill(box._proc.pid, 9)
     box._proc.wait()
     reply = box.run(OK, [1], func_name="f", timeout_s=1, memory_mb=256, max_output_bytes=1024)
@@ -181,3 +185,24 @@ def test_backend_can_be_forced(monkeypatch):
     monkeypatch.setenv(sandbox.BACKEND_ENV, "docker")
     with pytest.raises(ValueError, match="valid: bwrap, rlimit"):
         sandbox.available_backend()
+
+
+def test_fails_closed_without_bubblewrap(monkeypatch):
+    monkeypatch.delenv(sandbox.BACKEND_ENV, raising=False)
+    monkeypatch.setattr(jail, "bwrap_works", lambda: False)
+    with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install bubblewrap"):
+        sandbox.available_backend()
+    with pytest.raises(sandbox.SandboxUnavailable, match="sandbox.backend=rlimit"):
+        sandbox.configure("bwrap", needed=True)
+    sandbox.configure("bwrap", needed=False)  # no code domain: no check
+    sandbox.configure("rlimit", needed=True)  # the explicit opt-in
+    assert sandbox.available_backend() == "rlimit"
+
+
+def test_config_names_the_field():
+    cd = stage3_config.get_config("tiny")
+    cd["sandbox"]["backend"] = "docker"
+    with pytest.raises(config_lib.ConfigError, match="config.sandbox.backend='docker'"):
+        config_lib.from_config_dict(cd)
+    cd["sandbox"]["backend"] = "rlimit"
+    assert config_lib.from_config_dict(cd).sandbox.backend == "rlimit"

@@ -1,33 +1,32 @@
-"""Sandbox for untrusted model code: a jailed server that forks one child per program.
+"""Jail side of the sandbox: a server that forks one child per program (or per case).
 
-Spawning a fresh jailed interpreter per program costs tens of milliseconds,
-so each host process keeps one long-lived *server* inside the jail; the
-server (this file run as `python -I -S sandbox.py`, stdlib only) receives
-programs over a pipe and forks a child per program. Layers, outermost first:
+Run as `python -I -S server.py --uid N` inside the jail (stdlib only; the
+host imports it just for the wire format). Requests arrive as frames on
+stdin, results leave as frames on stdout. Three kinds of request:
 
-* jail: `bwrap` (new mount/pid/net/ipc/uts namespaces, read-only binds of the
-  system and the Python install only, private /tmp, cleared environment,
-  dies with its parent), or, when bubblewrap is missing, the weaker `rlimit`
-  backend (own session, scrubbed environment, no isolation of files or
-  network; a warning is logged);
-* privileges: a server started as root drops to `nobody` before serving, so
-  RLIMIT_NPROC is enforced (the kernel exempts root) and host files are
-  unreadable/unwritable;
-* per child: its own process group, rlimits (CPU seconds, address space, no
-  new processes, file size, open files, no core), stdio on /dev/null, and an
-  audit hook that blocks process, signal, socket, ctypes and file-write APIs;
-* the server kills the child's group at the wall-clock deadline and reads at
-  most `max_output_bytes` of its result; the host kills an unresponsive server.
+* `call`: one child execs the program and calls `func_name(*args)` for each
+  argument list; the values go back as plain JSON data and the host compares
+  them with the expected outputs, which never enter the jail;
+* `stdio`: one child per case with the case's input on fd 0 (a memfd) and
+  its stdout captured by the server; the host compares the text;
+* `assert`: one child execs the program, then the test code (in a namespace
+  with a snapshot of the builtins taken before the program ran) and
+  `check(candidate)`, where `candidate` returns only exact builtin types. A
+  pass is a frame carrying a per-run nonce that lives only in the server's
+  stack, which the program cannot inspect (frame and gc introspection are
+  blocked), so writing a fake frame to the result pipe gains nothing.
 
-Only test *inputs* enter the jail; expected outputs stay on the host, which
-compares the returned values strictly (a forged result gains nothing).
+Layers around each child: its own process group inside the server's session,
+rlimits (CPU, address space, no new processes, file size, open files, no
+core), stdio redirected, and an audit hook that closes over everything it
+uses, so the program can rebind globals and builtins without effect.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
+import io
 import json
 import os
 import resource
@@ -37,45 +36,28 @@ import struct
 import sys
 import time
 
-NOBODY = 65534
+if __package__:  # imported by the host (for the wire format)
+    from nemocascade.rewards.sandbox import guard
+else:  # run as a script inside the jail, next to its sibling modules
+    sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+    import guard  # noqa: I001
+    import seccomp
+
+    sys.path.pop(0)
+
 _FRAME = struct.Struct(">I")
-# Modules solutions may use; imported before dropping root (later imports
-# from a root-only install would fail) and shared by every forked child.
-_PRELOAD = ("math", "itertools", "functools", "collections", "heapq", "bisect", "string", "re")
-_BLOCKED_EVENTS = frozenset(
-    {
-        "os.system",
-        "os.exec",
-        "os.posix_spawn",
-        "os.spawn",
-        "os.fork",
-        "os.forkpty",
-        "os.kill",
-        "os.killpg",
-        "signal.pthread_kill",
-        "subprocess.Popen",
-        "socket.__new__",
-        "ctypes.dlopen",
-        "ctypes.dlsym",
-        "ctypes.cdata",
-        "resource.setrlimit",
-        "resource.prlimit",
-        "os.putenv",
-        "os.chmod",
-        "os.chown",
-        "os.remove",
-        "os.rename",
-        "os.mkdir",
-        "os.symlink",
-        "os.link",
-        "os.truncate",
-    }
+
+
+# Imported by the server before it drops privileges: solutions importing them
+# work even when the interpreter lives where the sandbox uid cannot read
+# (e.g. under /root). Later imports still pass the read check of the hook.
+PRELOAD = guard.words(
+    "math cmath itertools functools collections heapq bisect string re operator copy "
+    "array enum numbers typing statistics fractions decimal datetime random dataclasses "
+    "json textwrap calendar queue io abc contextlib types struct unicodedata hashlib "
+    "time locale codecs keyword pprint difflib copyreg weakref graphlib zlib base64 binascii"
 )
-_BLOCKED_MODULES = frozenset(
-    {"ctypes", "_ctypes", "socket", "_socket", "ssl", "_ssl", "subprocess"}
-    | {"_posixsubprocess", "multiprocessing", "_multiprocessing", "pty", "mmap", "fcntl"}
-)
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/etc/localtime")
 
 
 # ----------------------------------------------------------------------------
@@ -112,43 +94,6 @@ def read_frame(fd: int, deadline: float | None = None):
     return None if body is None else json.loads(body)
 
 
-# ----------------------------------------------------------------------------
-# Server and child side (runs inside the jail; stdlib only).
-
-
-def _guard(event: str, args: tuple) -> None:
-    """Audit hook of a child: refuses dangerous runtime operations."""
-    if event in _BLOCKED_EVENTS:
-        raise PermissionError(f"blocked by sandbox: {event}")
-    if event == "import" and str(args[0]).partition(".")[0] in _BLOCKED_MODULES:
-        raise PermissionError(f"blocked by sandbox: import {args[0]}")
-    if event == "open":
-        path, mode, flags = args
-        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-            isinstance(flags, int) and flags & _WRITE_FLAGS
-        )
-        if writes:
-            raise PermissionError("blocked by sandbox: file write")
-        # Other processes' /proc entries hold their environment and memory.
-        if (
-            isinstance(path, str)
-            and path.startswith("/proc/")
-            and not path.startswith("/proc/self")
-        ):
-            raise PermissionError("blocked by sandbox: /proc")
-
-
-def _canonical(value, depth: int = 0):
-    """Plain JSON data (None, bool, int, float, str, lists) or TypeError."""
-    if depth > 20:
-        raise TypeError("return value nested too deeply")
-    if value is None or type(value) in (bool, int, float, str):
-        return value
-    if type(value) in (list, tuple):
-        return [_canonical(v, depth + 1) for v in value]
-    raise TypeError(f"unsupported return type {type(value).__name__}")
-
-
 def _describe(exc: BaseException) -> str:
     try:
         return f"{type(exc).__name__}: {exc}"[:200]
@@ -156,41 +101,140 @@ def _describe(exc: BaseException) -> str:
         return type(exc).__name__
 
 
-def _child(request: dict, result_fd: int) -> None:
-    """Runs one program in a forked child and writes its outputs (never returns)."""
-    os.setsid()
+def _enter_child(request: dict, read_roots) -> None:
+    """Limits, stdio and the audit hook of a fresh child, before any user code."""
+    os.setpgid(0, 0)  # its own group inside the server's session (no setsid escape)
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    cpu = int(request["timeout_s"]) + 1
+    cpu = int(request.get("total_time_s", request["time_limit_s"])) + 1
     memory = request["memory_mb"] << 20
+    fsize = max(1 << 20, request["max_output_bytes"] + 1)
     for limit, value in (
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_AS, (memory, memory)),
         (resource.RLIMIT_NPROC, (0, 0)),
-        (resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)),
+        (resource.RLIMIT_FSIZE, (fsize, fsize)),
         (resource.RLIMIT_NOFILE, (32, 32)),
         (resource.RLIMIT_CORE, (0, 0)),
     ):
         resource.setrlimit(limit, value)
-    sys.addaudithook(_guard)
-    outputs: list = []
+    for module in (os, sys.modules.get("posix")):  # not audited; seccomp blocks them too
+        for name in ("mkfifo", "mknod"):
+            with contextlib.suppress(AttributeError):
+                delattr(module, name)
+    sys.addaudithook(guard.make_guard(read_roots))
+
+
+def _child_call(request: dict, result_fd: int, read_roots) -> None:
+    _enter_child(request, read_roots)
     try:
         namespace = {"__name__": "__sandbox__", "__builtins__": builtins}
         exec(compile(request["source"], "<program>", "exec"), namespace)
         fn = namespace[request["func_name"]]
-        for arg in request["inputs"]:
+        outputs = []
+        for args in request["args"]:
             try:
-                outputs.append({"value": _canonical(fn(json.loads(json.dumps(arg))))})
+                outputs.append({"value": guard.canonical(fn(*json.loads(json.dumps(args))))})
             except BaseException as exc:
                 outputs.append({"error": _describe(exc)})
         payload = {"outputs": outputs}
     except BaseException as exc:
         payload = {"error": _describe(exc)}
+    write_frame(result_fd, payload)
+
+
+def _child_assert(request: dict, result_fd: int, read_roots, nonce: str) -> None:
+    """Program, then `check(candidate)` in a namespace of its own.
+
+    The test sees pristine builtins, the helpers of the trusted `prompt_code`
+    (HumanEval tests call e.g. `poly` or `encode_cyclic` from the prompt;
+    without prompt code, the program's names) and the entry point only as
+    `candidate`, whose results must be exact builtin types.
+    """
+    _enter_child(request, read_roots)
+    pristine, to_plain, entry = dict(vars(builtins)), guard.make_plain(), request["entry_point"]
     try:
-        write_frame(result_fd, payload)
-    finally:
-        os._exit(0)
+        program = compile(request["source"], "<program>", "exec")
+        test = compile(request["test"], "<test>", "exec")
+        helpers = compile(request.get("prompt_code") or "", "<prompt>", "exec")
+        namespace = {"__name__": "__sandbox__", "__builtins__": builtins}
+        exec(program, namespace)
+        fn = namespace[entry]
+
+        def candidate(*args, **kwargs):
+            return to_plain(fn(*args, **kwargs))
+
+        test_namespace = {} if request.get("prompt_code") else dict(namespace)
+        test_namespace.update(__name__="__test__", __builtins__=pristine)
+        exec(helpers, test_namespace)
+        test_namespace[entry] = candidate
+        exec(test, test_namespace)
+        test_namespace["check"](candidate)
+        payload = {"passed": True, "nonce": nonce}
+    except BaseException as exc:
+        payload = {"error": _describe(exc)}
+    write_frame(result_fd, payload)
+
+
+def _child_stdio(request: dict, result_fd: int, read_roots, first: int) -> None:
+    """Runs the program on cases `first`, `first + 1`, ... in turn, one frame per case.
+
+    Each case gets a fresh namespace, its input on fd 0 and an empty memfd on
+    fd 1 (so `open(0)`, `os.read(0, n)` and `os.write(1, b)` work too).
+    """
+    _enter_child(request, read_roots)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over the size limit: EFBIG, not death
+    memfd, dup2, lseek, read, close = os.memfd_create, os.dup2, os.lseek, os.read, os.close
+    text_io, file_io, limit = io.TextIOWrapper, io.FileIO, request["max_output_bytes"]
+    try:
+        program = compile(request["source"], "<program>", "exec")
+    except BaseException as exc:
+        write_frame(result_fd, {"i": first, "error": _describe(exc)})
+        return
+    for i in range(first, len(request["inputs"])):
+        for target in (0, 1):  # the program may have closed either: memfd then takes its number
+            fd = memfd("stdio")
+            if target == 0:
+                os.write(fd, request["inputs"][i].encode())
+                lseek(fd, 0, os.SEEK_SET)
+            if fd != target:
+                dup2(fd, target)
+                close(fd)
+        sys.stdin = sys.__stdin__ = text_io(file_io(0, "r", closefd=False))
+        sys.stdout = sys.__stdout__ = text_io(file_io(1, "w", closefd=False))
+        error = None
+        try:
+            exec(program, {"__name__": "__main__", "__builtins__": builtins})
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                error = f"exit status {exc.code!r}"[:200]
+        except BaseException as exc:
+            error = _describe(exc)
+        try:
+            sys.stdout.flush()
+        except BaseException as exc:
+            error = error or _describe(exc)
+        lseek(1, 0, os.SEEK_SET)
+        out = read(1, limit + 1)
+        if len(out) > limit:
+            error = "output limit exceeded"
+        frame = (
+            {"i": i, "error": error}
+            if error
+            else {"i": i, "stdout": out.decode("utf-8", "replace")}
+        )
+        write_frame(result_fd, frame)
+
+
+def _fork(target, *args) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            target(*args)
+        finally:
+            os._exit(0)
+    return pid
 
 
 def _kill_group(pid: int) -> None:
@@ -199,39 +243,27 @@ def _kill_group(pid: int) -> None:
             kill(pid, signal.SIGKILL)
 
 
-def _run_one(request: dict) -> dict:
-    """Forks a child for one program; enforces wall time and output size."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_fd)
-            _child(request, write_fd)
-        finally:
-            os._exit(1)
-    os.close(write_fd)
-    deadline = time.monotonic() + request["timeout_s"]
-    data, error = b"", None
-    while error is None:
+def _collect(pid: int, fds: list[int], deadline: float, max_bytes: int):
+    """Reads `fds` until EOF, the deadline or `max_bytes`; kills the child's group."""
+    data = {fd: b"" for fd in fds}
+    open_fds, error = list(fds), None
+    while open_fds and error is None:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([read_fd], [], [], remaining)[0]:
+        if remaining <= 0:
             error = "timeout"
             break
-        chunk = os.read(read_fd, 1 << 16)
-        if not chunk:
-            break
-        data += chunk
-        if len(data) > request["max_output_bytes"]:
-            error = "output limit exceeded"
+        for fd in select.select(open_fds, [], [], remaining)[0]:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                open_fds.remove(fd)
+            data[fd] += chunk
+            if len(data[fd]) > max_bytes:
+                error = "output limit exceeded"
     _kill_group(pid)  # also reaps anything the program left behind
-    os.close(read_fd)
+    for fd in fds:
+        os.close(fd)
     _, status = os.waitpid(pid, 0)
-    if error is not None:
-        return {"error": error}
-    try:
-        return json.loads(data[_FRAME.size :]) if data else {"error": _exit_reason(status)}
-    except ValueError:
-        return {"error": _exit_reason(status)}
+    return [data[fd] for fd in fds], status, error
 
 
 def _exit_reason(status: int) -> str:
@@ -240,233 +272,132 @@ def _exit_reason(status: int) -> str:
     return f"exited without a result (status {os.waitstatus_to_exitcode(status)})"
 
 
-def _drop_root() -> None:
-    for name in _PRELOAD:
-        __import__(name)
-    if os.getuid() == 0:
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
+def _run_program(request: dict, read_roots) -> dict:
+    """`call` and `assert` requests: one child, one result frame."""
+    read_fd, write_fd = os.pipe()
+    nonce = os.urandom(16).hex()
+    if request["kind"] == "assert":
+        pid = _fork(_child_assert, request, write_fd, read_roots, nonce)
+    else:
+        pid = _fork(_child_call, request, write_fd, read_roots)
+    os.close(write_fd)
+    deadline = time.monotonic() + request["time_limit_s"]
+    (data,), status, error = _collect(pid, [read_fd], deadline, request["max_output_bytes"])
+    if error is not None:
+        return {"error": error}
+    try:
+        reply = json.loads(data[_FRAME.size :]) if data else {"error": _exit_reason(status)}
+    except ValueError:
+        return {"error": _exit_reason(status)}
+    if request["kind"] == "assert" and "error" not in reply:
+        # Only the harness knows the nonce; a frame without it was written by the program.
+        passed = type(reply) is dict and reply.get("nonce") == nonce
+        return {"passed": True} if passed else {"error": "forged result"}
+    return reply
 
 
-def serve() -> None:
-    """Server loop: one request frame in, one result frame out, until EOF."""
-    _drop_root()
-    write_frame(1, {"ready": True, "uid": os.getuid()})
-    while (request := read_frame(0)) is not None:
-        write_frame(1, _run_one(request))
+def _run_stdio(request: dict, read_roots) -> dict:
+    """`stdio` requests: a child runs the cases in turn; after a timeout or crash
+    a fresh child continues with the next case, within the total budget."""
+    inputs, per_case = request["inputs"], request["time_limit_s"]
+    results: list = [None] * len(inputs)
+    end, first = time.monotonic() + request["total_time_s"], 0
+    frame_limit = request["max_output_bytes"] + 4096
+    while first < len(inputs):
+        if time.monotonic() >= end:
+            results[first:] = [{"error": "skipped (total time limit)"}] * (len(inputs) - first)
+            break
+        read_fd, write_fd = os.pipe()
+        pid = _fork(_child_stdio, request, write_fd, read_roots, first)
+        os.close(write_fd)
+        buf, error, deadline = b"", None, min(end, time.monotonic() + per_case)
+        while error is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([read_fd], [], [], remaining)[0]:
+                error = "timeout"
+                break
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+            while len(buf) >= _FRAME.size and error is None:
+                size = _FRAME.unpack(buf[: _FRAME.size])[0]
+                if size > frame_limit:
+                    error = "output limit exceeded"
+                elif len(buf) >= _FRAME.size + size:
+                    frame = json.loads(buf[_FRAME.size : _FRAME.size + size])
+                    buf = buf[_FRAME.size + size :]
+                    if type(frame) is not dict or frame.get("i") != first:
+                        error = "malformed case result"
+                        break
+                    results[first] = {k: v for k, v in frame.items() if k != "i"}
+                    first += 1
+                    deadline = min(end, time.monotonic() + per_case)
+                else:
+                    break
+        _kill_group(pid)
+        os.close(read_fd)
+        _, status = os.waitpid(pid, 0)
+        if first < len(inputs) and results[first] is None:
+            results[first] = {"error": error or _exit_reason(status)}
+            first += 1
+    return {"outputs": results}
 
 
 # ----------------------------------------------------------------------------
-# Host side. subprocess/shutil/threading are imported lazily so the jailed
-# server never has them loaded (a cached module bypasses the import audit).
+# Server start-up and loop.
 
 
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """Result of running one program on its tests."""
-
-    passed: int
-    total: int
-    error: str | None
-    backend: str
-
-    @property
-    def all_passed(self) -> bool:
-        return self.total > 0 and self.passed == self.total
+def _read_roots() -> tuple[str, ...]:
+    roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    roots |= {os.path.dirname(os.path.realpath(os.__file__))}
+    return tuple(sorted(roots)) + _DEVICES
 
 
-_BACKEND: list[str] = []
-BACKEND_ENV = "NEMOCASCADE_SANDBOX_BACKEND"
+def _start(uid: int) -> dict:
+    """Preloads, drops root to `uid`, installs the seccomp filter (before serving)."""
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+    builtins.exit = builtins.quit = sys.exit  # absent under -S; solutions call exit()
+    read_roots = _read_roots()  # resolved while the install is still readable
+    seccomp_state = "unavailable (no ctypes)"
+    with contextlib.suppress(ImportError):
+        seccomp_state = _seccomp_loader()
+    if os.getuid() == 0 and uid > 0:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    if seccomp_state == "ready":
+        seccomp_state = _SECCOMP.pop()()
+    for name in list(sys.modules):  # a cached module would skip the import audit
+        if name.partition(".")[0] in guard.BLOCKED_MODULES or name == "seccomp":
+            del sys.modules[name]
+    return {"ready": True, "uid": os.getuid(), "seccomp": seccomp_state}, read_roots
 
 
-def _python() -> str:
-    """The interpreter binary inside the base install (not a venv link)."""
-    exe = os.path.join(sys.base_prefix, "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}")
-    return exe if os.path.exists(exe) else os.path.realpath(sys.executable)
+_SECCOMP: list = []
 
 
-def _bwrap_command() -> list[str]:
-    import shutil
-
-    root = os.getuid() == 0
-    cmd = [shutil.which("bwrap") or "/usr/bin/bwrap"]
-    for path in ("/usr", "/lib", "/lib64", "/bin"):
-        if os.path.exists(path):
-            cmd += ["--ro-bind", path, path]
-    prefix = os.path.realpath(sys.base_prefix)
-    if not prefix.startswith("/usr/"):
-        cmd += ["--ro-bind", prefix, prefix]
-    cmd += ["--ro-bind", os.path.realpath(__file__), "/sandbox/server.py"]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp"]
-    cmd += ["--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH", "/usr/bin"]
-    if root:
-        # Root needs no user namespace; it keeps only the capabilities to
-        # drop to nobody (inside a user namespace root would stay kernel
-        # root, which RLIMIT_NPROC exempts).
-        cmd += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
-        cmd += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
-        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
-        cmd += ["--unshare-all"]
-    return [*cmd, _python(), "-I", "-S", "/sandbox/server.py"]
+def _seccomp_loader() -> str:
+    """Prepares the seccomp installer (imports ctypes while still privileged)."""
+    program = seccomp.program()
+    if program is None:
+        return f"unsupported architecture {os.uname().machine}"
+    _SECCOMP.append(seccomp.installer(program))
+    return "ready"
 
 
-def _command(backend: str) -> list[str]:
-    if backend == "bwrap":
-        return _bwrap_command()
-    if backend == "rlimit":
-        return [_python(), "-I", "-S", os.path.realpath(__file__)]
-    raise ValueError(f"unknown sandbox backend {backend!r}; valid: bwrap, rlimit")
-
-
-def available_backend() -> str:
-    """'bwrap' when bubblewrap works here, else 'rlimit' (probed once).
-
-    $NEMOCASCADE_SANDBOX_BACKEND forces one (inherited by pool workers).
-    """
-    forced = os.environ.get(BACKEND_ENV)
-    if forced:
-        _command(forced)  # validates the name
-        return forced
-    if not _BACKEND:
-        import shutil
-        import subprocess
-
-        backend = "rlimit"
-        if shutil.which("bwrap"):
-            probe = _bwrap_command()[:-4] + ["/bin/true"]
-            result = subprocess.run(probe, capture_output=True, timeout=30, check=False)
-            backend = "bwrap" if result.returncode == 0 else "rlimit"
-        _BACKEND.append(backend)
-    return _BACKEND[0]
-
-
-class Sandbox:
-    """One jailed server; thread-safe, restarted on death or hang."""
-
-    def __init__(self, backend: str | None = None, startup_timeout_s: float = 30.0):
-        import threading
-
-        self.backend = backend or available_backend()
-        self._startup_timeout_s = startup_timeout_s
-        self._lock = threading.Lock()
-        self._proc = None
-        self.server_uid: int | None = None
-
-    def _start(self) -> None:
-        import logging
-        import subprocess
-
-        if self.backend == "rlimit":
-            logging.getLogger(__name__).warning(
-                "bubblewrap unavailable: the rlimit sandbox backend is weaker "
-                "(no filesystem, network or pid isolation)"
-            )
-        self._proc = subprocess.Popen(
-            _command(self.backend),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={"PATH": "/usr/bin:/bin"},
-            cwd="/",
-            start_new_session=True,
-        )
-        hello = read_frame(self._proc.stdout.fileno(), time.monotonic() + self._startup_timeout_s)
-        if not hello or not hello.get("ready"):
-            self.close()
-            raise RuntimeError(f"sandbox server ({self.backend}) failed to start")
-        self.server_uid = hello["uid"]
-
-    def run(
-        self,
-        source: str,
-        inputs: list,
-        *,
-        func_name: str,
-        timeout_s: float,
-        memory_mb: int,
-        max_output_bytes: int,
-    ) -> dict:
-        """Outputs of `func_name` on `inputs`: {"outputs": [...]} or {"error": ...}."""
-        request = {
-            "source": source,
-            "inputs": inputs,
-            "func_name": func_name,
-            "timeout_s": timeout_s,
-            "memory_mb": memory_mb,
-            "max_output_bytes": max_output_bytes,
-        }
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
-            try:
-                write_frame(self._proc.stdin.fileno(), request)
-                # The server enforces the deadline; this margin only catches
-                # a server that is itself stuck or dead.
-                reply = read_frame(self._proc.stdout.fileno(), time.monotonic() + timeout_s + 5.0)
-            except (TimeoutError, OSError) as exc:
-                self.close()
-                return {"error": f"sandbox server failed: {exc}"}
-            if reply is None:
-                self.close()
-                return {"error": "sandbox server exited"}
-            return reply
-
-    def close(self) -> None:
-        if self._proc is not None:
-            _kill_group(self._proc.pid)
-            self._proc.wait()
-            for stream in (self._proc.stdin, self._proc.stdout):
-                stream.close()
-            self._proc = None
-
-
-_SANDBOXES: dict[str, Sandbox] = {}
-
-
-def _same(got, expected) -> bool:
-    """Strict equality of plain data: 1 != True != 1.0, tuples read as lists."""
-    return json.dumps(got) == json.dumps(_canonical(expected))
-
-
-def run_code(
-    source: str,
-    tests: list,
-    *,
-    func_name: str = "f",
-    timeout_s: float = 2.0,
-    memory_mb: int = 512,
-    max_output_bytes: int = 1 << 20,
-    backend: str | None = None,
-) -> Outcome:
-    """Runs `source` in the sandbox and checks `func_name(input) == expected` per test.
-
-    `tests` is a list of (input, expected) pairs of plain data; `timeout_s`
-    bounds the wall time of the whole program (all tests together).
-    """
-    backend = backend or available_backend()
-    if backend not in _SANDBOXES:
-        _SANDBOXES[backend] = Sandbox(backend)
-    reply = _SANDBOXES[backend].run(
-        source,
-        [x for x, _ in tests],
-        func_name=func_name,
-        timeout_s=timeout_s,
-        memory_mb=memory_mb,
-        max_output_bytes=max_output_bytes,
-    )
-    outputs = reply.get("outputs")
-    if not isinstance(outputs, list) or len(outputs) != len(tests):
-        return Outcome(0, len(tests), str(reply.get("error", "malformed result")), backend)
-    passed, error = 0, None
-    for out, (_, expected) in zip(outputs, tests, strict=True):
-        if isinstance(out, dict) and "value" in out and _same(out["value"], expected):
-            passed += 1
-        elif error is None and isinstance(out, dict) and "error" in out:
-            error = str(out["error"])
-    return Outcome(passed, len(tests), error, backend)
+def serve(uid: int) -> None:
+    """Server loop: one request frame in, one result frame out, until EOF."""
+    hello, read_roots = _start(uid)
+    write_frame(1, hello)
+    while (request := read_frame(0)) is not None:
+        if request.get("kind") == "stdio":
+            write_frame(1, _run_stdio(request, read_roots))
+        else:
+            write_frame(1, _run_program(request, read_roots))
 
 
 if __name__ == "__main__":
-    serve()
+    serve(int(sys.argv[sys.argv.index("--uid") + 1]) if "--uid" in sys.argv else 0)

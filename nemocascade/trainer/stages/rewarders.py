@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nemocascade import config as config_lib
-from nemocascade.rewards import pool as pool_lib, registry
+from nemocascade.rewards import pool as pool_lib, registry, sandbox
 from nemocascade.rollout import engine
 from nemocascade.tasks import base as tasks_base
 
@@ -49,4 +49,10 @@ def make(cfg: config_lib.Config, workdir: str, rt, tok, template):
         from nemocascade.trainer.stages import rm_scoring
 
         return rm_scoring.RMRewarder(cfg, workdir, rt, tok, template)
+    # Before the pool spawns its workers (they inherit the choice); fails here,
+    # with the install hint, when code must run and bubblewrap does not work.
+    try:
+        sandbox.configure(cfg.sandbox.backend, needed="code" in cfg.rl.domains)
+    except sandbox.SandboxUnavailable as e:
+        raise config_lib.ConfigError(f"config.sandbox.backend={cfg.sandbox.backend}: {e}") from None
     return VerifierRewarder(cfg.rl)
