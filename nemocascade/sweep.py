@@ -35,7 +35,7 @@ from typing import Any
 
 from absl import app, flags
 
-from nemocascade import config as config_lib, overrides as overrides_lib
+from nemocascade import config as config_lib, errors, overrides as overrides_lib
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file[:arg], as for nemocascade.main.")
 _SWEEP = flags.DEFINE_string("sweep", None, "'section.field=v1,v2;section.field=v1,v2'.")
@@ -249,5 +249,10 @@ def main(argv):
         sys.exit(f"sweep: {len(failed)} run(s) failed: {names} (logs: DIR/<run>/sweep.log)")
 
 
+def _main(argv):
+    with errors.one_line("sweep"):  # a full disk or unwritable --workdir: one line
+        main(argv)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(_main)
