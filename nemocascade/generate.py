@@ -6,7 +6,8 @@
 
 Input lines are JSON objects with `prompt` and optionally `messages` (a chat
 ending with a user turn, which then replaces `prompt`); every output line is
-the input object plus `completion`, `thinking`, `answer`, `num_tokens` and
+the input object plus `completion`, `thinking`, `answer`, `num_tokens`,
+`token_ids` (the generated ids, stop token included) and
 `truncated`. Params come from `DIR/<stage>/export`; `--stage` defaults to the
 policy stage that finished last. The model shape is read from the checkpoint
 and matched against the presets (`--preset` names one explicitly). Sampling
@@ -195,6 +196,7 @@ def complete(
                     "thinking": parsed["thinking"],
                     "answer": parsed["answer"],
                     "num_tokens": n,
+                    "token_ids": [int(t) for t in rollout.completion_tokens[j, :n]],
                     "truncated": bool(rollout.truncated[j]),
                 }
             )

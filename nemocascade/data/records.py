@@ -157,14 +157,15 @@ def scan(path: str) -> Iterator[tuple[int, int, Any]]:
 # ---------------------------------------------------------------------- schema
 
 
-def _need_str(rec: dict, key: str, where: str, allow_empty: bool = False) -> str:
+def _need_str(rec: dict, key: str, where: str, allow_empty: bool = False, prefix="") -> str:
+    name = f"{prefix}{key}"
     if key not in rec or rec[key] is None:
-        raise RecordError(_fmt(where, key, "missing"))
+        raise RecordError(_fmt(where, name, "missing"))
     value = rec[key]
     if not isinstance(value, str):
-        raise RecordError(_fmt(where, key, f"must be a string, got {type(value).__name__}"))
+        raise RecordError(_fmt(where, name, f"must be a string, got {type(value).__name__}"))
     if not allow_empty and not value.strip():
-        raise RecordError(_fmt(where, key, "is empty"))
+        raise RecordError(_fmt(where, name, "is empty"))
     return value
 
 
@@ -180,12 +181,12 @@ def check_messages(messages: Any, where: str, field: str = "messages", last: str
         role = m.get("role")
         if role not in ROLES:
             raise RecordError(_fmt(where, f"{f}.role", f"must be one of {ROLES}, got {role!r}"))
-        _need_str(m, "content", where + f" ({f})", allow_empty=role == "assistant")
+        _need_str(m, "content", where, allow_empty=role == "assistant", prefix=f"{f}.")
         msg = {"role": role, "content": m["content"]}
         if m.get("reasoning_content") is not None:
             if role != "assistant":
                 raise RecordError(_fmt(where, f"{f}.reasoning_content", "only on assistant turns"))
-            _need_str(m, "reasoning_content", where + f" ({f})", allow_empty=True)
+            _need_str(m, "reasoning_content", where, allow_empty=True, prefix=f"{f}.")
             msg["reasoning_content"] = m["reasoning_content"]
         out.append(msg)
     if last and out[-1]["role"] != last:
