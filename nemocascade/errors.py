@@ -1,7 +1,8 @@
 """One line for faults of the environment, the traceback only on request.
 
 A full disk, an unwritable or mistyped workdir, a damaged export or a garbage
-safetensors file are not bugs of the program: the user needs the cause, not
+safetensors file are not bugs of the program (nor is a NaN loss or reward,
+whose message names the last good checkpoint): the user needs the cause, not
 hundreds of lines of orbax and tensorstore frames with the cause somewhere in
 the middle. The entry points (`main`, `sweep`, `generate`, `convert`) run under
 `one_line(prog)`, which turns the exceptions `describe` knows into
@@ -80,10 +81,11 @@ def describe(e: BaseException) -> str | None:
     """The one-line cause of an environment fault, or None for anything else (a bug)."""
     # Imported here so that the entry points can define --verbose before jax loads.
     from nemocascade import checkpointing
+    from nemocascade.trainer import loop
 
     chain = list(_chain(e))
     for x in chain:  # the most specific first: our own messages name the path
-        if isinstance(x, checkpointing.CheckpointError):
+        if isinstance(x, (checkpointing.CheckpointError, loop.NonFiniteError)):
             return str(x)
     for x in chain:
         if isinstance(x, OSError) and x.errno in _ERRNO:

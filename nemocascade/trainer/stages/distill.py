@@ -150,6 +150,8 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         teacher_bt = teachers.logprobs(batch, row_domains, phase.temperature)
         t2 = time.perf_counter()
         batch["teacher_logprobs"] = teacher_bt
+        valid = np.asarray(batch["loss_mask"]) > 0
+        onpolicy.check_finite_inputs(cfg, rt, step, teacher_logprobs=np.asarray(teacher_bt)[valid])
         placed = rules_lib.put_batch(batch, rt.mesh, rt.rules)
         state, m = step_fn(phase.temperature)(state, placed, key)
         host = metrics_lib.to_python(m)

@@ -2,9 +2,10 @@
 
 The RL stage (GRPO) and on-policy distillation (MOPD) differ only in how a
 sampled batch becomes a loss; drawing prompts, sampling the student on the
-training mesh, stopping on a non-finite step and the end-of-stage hand-off
-(final checkpoint, own-domain eval, eval matrix, exported params + DONE) are
-the same, and live here so both stay in step with the cascade.
+training mesh, stopping on a non-finite reward, advantage or step (naming the
+last good checkpoint) and the end-of-stage hand-off (final checkpoint,
+own-domain eval, eval matrix, exported params + DONE) are the same, and live
+here so both stay in step with the cascade.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
 from nemocascade import checkpointing, config as config_lib
 from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_lib
@@ -192,13 +194,38 @@ def guard_stops(cfg: config_lib.Config, guard, step: int, state: Any, stream) ->
     return guard.check(step, state, stream.get_state())
 
 
+def _last_good(rt: common.Runtime) -> str:
+    latest = rt.manager.latest_step()
+    where = rt.manager.directory
+    return f"step {latest} in {where}" if latest is not None else f"none yet in {where}"
+
+
 def check_finite(cfg: config_lib.Config, rt: common.Runtime, host: dict, step: int):
     """Stops the stage on a NaN/Inf loss or gradient norm, naming the last good checkpoint."""
     for name in ("loss", "grad_norm"):
         if not math.isfinite(host[name]):
             raise loop.NonFiniteError(
-                f"[{cfg.stage}] {name} is {host[name]} at step {step}; stopping. Last good "
-                f"checkpoint: step {rt.manager.latest_step()} in {rt.manager.directory}"
+                f"[{cfg.stage}] {name} is {host[name]} at step {step}; stopping. "
+                f"Last good checkpoint: {_last_good(rt)}"
+            )
+
+
+def check_finite_inputs(cfg: config_lib.Config, rt: common.Runtime, step: int, **arrays):
+    """Stops the stage *before* the update when a reward, advantage or target is NaN/Inf.
+
+    A non-finite advantage on a masked-out row never reaches the loss, but on a
+    valid one it turns the update (and so every later checkpoint) into NaN; the
+    loss check would only see it after the params were overwritten. Callers
+    pass only the entries that enter the loss.
+    """
+    for name, values in arrays.items():
+        flat = np.asarray(values, np.float64).reshape(-1)
+        bad = np.flatnonzero(~np.isfinite(flat))
+        if bad.size:
+            raise loop.NonFiniteError(
+                f"[{cfg.stage}] {name} has {bad.size} non-finite value(s) at step {step} "
+                f"(first: entry {bad[0]} = {flat[bad[0]]}); stopping before the update. "
+                f"Last good checkpoint: {_last_good(rt)}"
             )
 
 

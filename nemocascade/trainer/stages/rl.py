@@ -139,6 +139,14 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
                 )
                 scores = np.asarray(scores)
         prepared = rl_batch.prepare(rl, rollouts.batch, scores, rollouts.truncated, rl.group_size)
+        in_loss = prepared.batch["loss_mask"].any(-1)
+        onpolicy.check_finite_inputs(
+            cfg,
+            rt,
+            step,
+            rewards=prepared.rewards,
+            advantages=prepared.batch["advantages"][in_loss],
+        )
         stream.record(examples, prepared.rewards.reshape(-1, rl.group_size).mean(-1).tolist())
         train_batch = prepared.batch
         if jax.process_count() == 1:
