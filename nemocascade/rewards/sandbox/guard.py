@@ -35,7 +35,7 @@ BLOCKED_EVENTS = frozenset(
         "tempfile.mkstemp tempfile.mkdtemp shutil.rmtree shutil.copyfile shutil.move "
         "sys._getframe sys._current_frames sys._current_exceptions sys.settrace "
         "sys.setprofile gc.get_objects gc.get_referrers gc.get_referents sys.addaudithook "
-        "mmap.__new__ socket.__new__ marshal.loads"
+        "mmap.__new__ socket.__new__"
     )
 )
 _BLOCKED_PREFIXES = ("ctypes.", "socket.", "_thread.")

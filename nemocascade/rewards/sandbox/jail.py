@@ -59,8 +59,19 @@ def bwrap_command(uid: int) -> list[str]:
     for path in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
         if os.path.exists(path):
             cmd += ["--ro-bind", path, path]
-    for prefix in {os.path.realpath(sys.base_prefix), os.path.dirname(os.path.dirname(python()))}:
+    for prefix in sorted(
+        {os.path.realpath(sys.base_prefix), os.path.dirname(os.path.dirname(python()))}
+    ):
         if not prefix.startswith("/usr/"):
+            # bwrap would create the parents (e.g. /root) mode 0700, which the
+            # sandbox uid cannot traverse: the standard library would not import.
+            parents = []
+            parent = os.path.dirname(prefix)
+            while parent != "/":
+                parents.insert(0, parent)
+                parent = os.path.dirname(parent)
+            for parent in parents:
+                cmd += ["--perms", "0755", "--dir", parent]
             cmd += ["--ro-bind", prefix, prefix]
     cmd += ["--ro-bind", server_dir(), "/sandbox"]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp"]
@@ -121,6 +132,8 @@ def _session_and_uid(pid: str) -> tuple[int, int] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rpartition(b")")[2].split()
+        if fields[0] == b"Z":  # a zombie: dead already, waiting for its reaper
+            return None
         return int(fields[3]), os.stat(f"/proc/{pid}").st_uid
     except (OSError, ValueError, IndexError):
         return None
