@@ -279,7 +279,9 @@ def test_a_record_missing_a_field_fails_naming_file_line_field(ckpt, tmp_path):
     rows = [{"messages": CONVERSATIONS[1]}, {"messages": [{"role": "user"}]}]
     data = _write_jsonl(tmp_path / "sft.jsonl", rows)
     cfg = _config("sft", converted, tmp_path, data=dict(files=(data,)))
-    with pytest.raises(records.RecordError, match=r"sft\.jsonl:2: field 'messages\[0\]\.content': missing"):
+    with pytest.raises(
+        records.RecordError, match=r"sft\.jsonl:2: field 'messages\[0\]\.content': missing"
+    ):
         dispatch.run(cfg, str(tmp_path / "work"))
     pairs = _write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "Hi", "chosen": "Hello"}])
     with pytest.raises(records.RecordError, match=r"pairs\.jsonl:1: field 'rejected': missing"):
@@ -301,3 +303,50 @@ def test_real_model_variants_need_data_and_a_checkpoint(tmp_path):
     cd.data.files = ("/data/train.jsonl",)
     with pytest.raises(config_lib.ConfigError, match=r"config\.init\.init_from is empty"):
         dispatch.run(config_lib.from_config_dict(cd), str(tmp_path))
+
+
+def test_math_rl_from_records_with_latex_answers(ckpt, tmp_path):
+    _, converted = ckpt
+    rows = [
+        {"prompt": "Compute 1/2 + 1/4.", "domain": "math", "answer": "\\frac{3}{4}"},
+        {
+            "messages": [SYSTEM, {"role": "user", "content": "What is 6 x 7?"}],
+            "domain": "math",
+            "answer": "42",
+        },
+    ]
+    data = _write_jsonl(tmp_path / "math.jsonl", rows * 4)
+    rl = dict(
+        prompts_per_step=2,
+        group_size=4,
+        max_new_tokens=12,
+        eval_num=0,
+        dynamic_filter="none",
+        overlong="none",
+        verifier_workers=0,
+        entropy_coef=0.01,
+    )
+    cfg = _config(
+        "stage2_medium",
+        converted,
+        tmp_path,
+        train=dict(steps=2, batch_size=8),
+        data=dict(files=(data,)),
+        rl=dict(rl, curriculum=[]),
+    )
+    dispatch.run(cfg, str(tmp_path / "work"))
+    rows_ = metrics_lib.read(str(tmp_path / "work" / "stage2_medium" / "metrics.jsonl"))
+    steps = [r for r in rows_ if "reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2] and all(r["grad_norm"] > 0 for r in steps)
+    # A record without its verification payload stops the run naming file, line and field.
+    bad = _write_jsonl(tmp_path / "bad.jsonl", [rows[0], {"prompt": "2+2?", "domain": "math"}])
+    cfg = _config(
+        "stage2_medium",
+        converted,
+        tmp_path,
+        train=dict(steps=2, batch_size=8),
+        data=dict(files=(bad,)),
+        rl=dict(rl, curriculum=[]),
+    )
+    with pytest.raises(records.RecordError, match=r"bad\.jsonl:2: .*'answer'"):
+        dispatch.run(cfg, str(tmp_path / "work2"))
