@@ -27,6 +27,7 @@ import shutil
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 DONE_FILE = "DONE"
@@ -62,6 +63,8 @@ def check_space(directory: str, state: Any) -> None:
     during the save still fails there, and the entry point's one-line error
     reports it too.
     """
+    if "://" in directory:  # remote storage: no local disk to measure
+        return
     need = sum(getattr(x, "nbytes", 0) for x in jax.tree.leaves(state)) // jax.process_count()
     free = shutil.disk_usage(directory).free
     if free < need:
@@ -103,11 +106,50 @@ def damaged_files(directory: str) -> str | None:
     return None
 
 
+PROCESSES_KEY = "processes"
+
+
+def gather_data_states(data_state: dict) -> dict:
+    """Every process's data-iterator state, for the checkpoint process 0 writes.
+
+    One process: the state itself. Several: `{"processes": [state of process
+    0, 1, ...]}` (each process reads its own disjoint shard of the data, so a
+    resumed run must put each one back where it was).
+    """
+    if jax.process_count() == 1:
+        return data_state
+    from jax.experimental import multihost_utils
+
+    raw = np.frombuffer(json.dumps(data_state).encode(), np.uint8)
+    sizes = multihost_utils.process_allgather(np.int32(raw.size))
+    padded = np.zeros(int(np.max(sizes)), np.uint8)
+    padded[: raw.size] = raw
+    rows = multihost_utils.process_allgather(padded)
+    return {
+        PROCESSES_KEY: [
+            json.loads(bytes(rows[p, : int(sizes[p])]).decode()) for p in range(len(sizes))
+        ]
+    }
+
+
+def own_data_state(saved: dict) -> dict:
+    """This process's part of `gather_data_states`' result."""
+    if PROCESSES_KEY not in saved:
+        return saved
+    states = saved[PROCESSES_KEY]
+    if len(states) != jax.process_count():
+        raise CheckpointError(
+            f"the checkpoint holds data positions of {len(states)} processes, this run has "
+            f"{jax.process_count()}: resume with the same number of processes"
+        )
+    return dict(states[jax.process_index()])
+
+
 class Manager:
     """Saves/restores `{state, data}` every N steps, keeping the latest K."""
 
     def __init__(self, directory: str, *, keep: int = 2, async_save: bool = True):
-        self.directory = os.path.abspath(directory)
+        self.directory = directory if "://" in directory else os.path.abspath(directory)
         self._mngr = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -121,7 +163,7 @@ class Manager:
     def save(self, step: int, state: Any, data_state: dict | None = None, *, force=False):
         check_space(self.directory, state)
         args = {"state": ocp.args.StandardSave(state)}
-        args["data"] = ocp.args.JsonSave(data_state or {})
+        args["data"] = ocp.args.JsonSave(gather_data_states(data_state or {}))
         self._mngr.save(step, args=ocp.args.Composite(**args), force=force)
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
@@ -132,7 +174,7 @@ class Manager:
                 state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()
             ),
         )
-        return restored["state"], dict(restored["data"] or {})
+        return restored["state"], own_data_state(dict(restored["data"] or {}))
 
     def step_dir(self, step: int) -> str:
         return os.path.join(self.directory, str(step))
