@@ -84,7 +84,7 @@ def bwrap_command(uid: int) -> list[str]:
         cmd += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
         cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        cmd += ["--unshare-all", "--disable-userns"]
+        cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
     return [*cmd, python(), "-I", "-S", "/sandbox/server.py", "--uid", str(uid)]
 
 
