@@ -122,7 +122,8 @@ class RLConfig:
     domains: tuple[str, ...] = ("math",)
     reward: str = ""  # verifier name; "" = the domain's verifier; "rm" = reward model
     reward_fn: str = ""  # "package.module:function" reward plug-in (verifier signature), any domain
-    rm_from: str = ""  # stage dir of the reward model when reward == "rm"
+    rm_from: str = ""  # stage dir of the reward model when reward == "rm" or rm_bonus
+    rm_bonus: bool = False  # verifier reward + sigmoid(group-z RM score) where it passes (C1 §4.4)
     mode: str = "thinking"  # thinking | instruct | half_half
     group_size: int = 8
     prompts_per_step: int = 8
@@ -366,6 +367,15 @@ def parse_teachers(text: str) -> dict[str, str]:
 
 
 def _validate_rl(r: RLConfig):
+    _check(
+        not r.rm_bonus or r.reward != "rm",
+        "config.rl.rm_bonus adds a reward-model bonus to verifier rewards; config.rl.reward='rm'",
+    )
+    _check(
+        not (r.rm_bonus and r.dynamic_filter == "epoch"),
+        "config.rl.rm_bonus rewards exceed 1, which config.rl.dynamic_filter='epoch' reads as "
+        "solved; use 'batch' or 'none'",
+    )
     if r.reward_fn:
         from nemocascade.rewards import registry  # imports the plug-in module
 

@@ -55,4 +55,10 @@ def make(cfg: config_lib.Config, workdir: str, rt, tok, template):
         sandbox.configure(cfg.sandbox.backend, needed="code" in cfg.rl.domains)
     except sandbox.SandboxUnavailable as e:
         raise config_lib.ConfigError(f"config.sandbox.backend={cfg.sandbox.backend}: {e}") from None
-    return VerifierRewarder(cfg.rl)
+    rewarder = VerifierRewarder(cfg.rl)
+    if cfg.rl.rm_bonus:  # C1 §4.4: verifier reward + sigmoid(group-z RM score) where it passes
+        from nemocascade.trainer.stages import rm_bonus, rm_scoring
+
+        rm = rm_scoring.RMRewarder(cfg, workdir, rt, tok, template)
+        return rm_bonus.RMBonusRewarder(rewarder, rm)
+    return rewarder
