@@ -161,3 +161,31 @@ def test_two_processes_match_one(tmp_path):
     sft_params = checkpointing.load_params(str(pair / "sft"), abstract)
     with pytest.raises(AssertionError):
         chex.assert_trees_all_close(rl_params, sft_params)
+
+
+PACKED = [
+    "--config=configs/sft.py:tiny",
+    "--config.train.seq_len=128",
+    "--config.train.checkpoint_every=2",
+    "--config.train.eval_every=100",
+    "--config.data.num_examples=40",
+    "--config.data.eval_examples=4",
+    "--config.data.pack=True",
+    # A constant step size: a run of 2 steps then 2 more takes the same steps as one of 4.
+    "--config.optim.schedule=constant",
+    "--config.optim.warmup_steps=0",
+]
+
+
+@pytest.mark.slow
+def test_two_processes_resume_each_from_its_own_data_position(tmp_path):
+    """Packed rows: each process's iterator position differs, and each must come back."""
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    _launch(PACKED + ["--config.train.steps=4"], whole, num_processes=2)
+    _launch(PACKED + ["--config.train.steps=2"], split, num_processes=2)
+    # Reopen the finished 2-step stage as an interrupted 4-step one: drop its end markers.
+    os.remove(split / "sft" / checkpointing.DONE_FILE)
+    _launch(PACKED + ["--config.train.steps=4"], split, num_processes=2)
+    a, b = _losses(whole / "sft"), _losses(split / "sft")
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4], (a, b)
+    np.testing.assert_allclose([b[s] for s in (3, 4)], [a[s] for s in (3, 4)], rtol=LOSS_RTOL)
