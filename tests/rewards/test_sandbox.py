@@ -180,6 +180,7 @@ def test_unknown_backend():
 
 
 def test_backend_can_be_forced(monkeypatch):
+    monkeypatch.delenv(jail.OVERRIDE_ENV, raising=False)
     monkeypatch.setenv(sandbox.BACKEND_ENV, "rlimit")
     assert sandbox.available_backend() == "rlimit"
     monkeypatch.setenv(sandbox.BACKEND_ENV, "docker")
@@ -189,6 +190,7 @@ def test_backend_can_be_forced(monkeypatch):
 
 def test_fails_closed_without_bubblewrap(monkeypatch):
     monkeypatch.delenv(sandbox.BACKEND_ENV, raising=False)
+    monkeypatch.delenv(jail.OVERRIDE_ENV, raising=False)
     monkeypatch.setattr(jail, "bwrap_works", lambda: False)
     with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install bubblewrap"):
         sandbox.available_backend()
@@ -196,6 +198,9 @@ def test_fails_closed_without_bubblewrap(monkeypatch):
         sandbox.configure("bwrap", needed=True)
     sandbox.configure("bwrap", needed=False)  # no code domain: no check
     sandbox.configure("rlimit", needed=True)  # the explicit opt-in
+    assert sandbox.available_backend() == "rlimit"
+    monkeypatch.setenv(jail.OVERRIDE_ENV, "rlimit")  # an operator's choice wins
+    sandbox.configure("bwrap", needed=True)
     assert sandbox.available_backend() == "rlimit"
 
 

@@ -30,6 +30,9 @@ import sys
 
 BACKENDS = ("bwrap", "rlimit")
 BACKEND_ENV = "NEMOCASCADE_SANDBOX_BACKEND"
+# Set by an operator (or the test suite on a machine without bubblewrap): wins
+# over the config, so it is an explicit choice too.
+OVERRIDE_ENV = "NEMOCASCADE_SANDBOX_BACKEND_OVERRIDE"
 UID_BASE = 1_600_000_000
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: "
@@ -114,11 +117,12 @@ def bwrap_works() -> bool:
 
 
 def selected_backend() -> str:
-    """The configured backend ($NEMOCASCADE_SANDBOX_BACKEND, default bwrap), checked.
+    """The backend: $NEMOCASCADE_SANDBOX_BACKEND_OVERRIDE, else the configured one
+    ($NEMOCASCADE_SANDBOX_BACKEND), else bwrap.
 
     Raises SandboxUnavailable when it is bwrap and bubblewrap does not work here.
     """
-    backend = os.environ.get(BACKEND_ENV) or "bwrap"
+    backend = os.environ.get(OVERRIDE_ENV) or os.environ.get(BACKEND_ENV) or "bwrap"
     if backend not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {backend!r}; valid: {', '.join(BACKENDS)}")
     if backend == "bwrap" and not bwrap_works():
