@@ -87,6 +87,8 @@ def describe(e: BaseException) -> str | None:
     for x in chain:  # the most specific first: our own messages name the path
         if isinstance(x, (checkpointing.CheckpointError, loop.NonFiniteError)):
             return str(x)
+        if isinstance(x, FileNotFoundError) and x.errno is None:
+            return str(x)  # raised with our own message: "no exported params under …"
     for x in chain:
         if isinstance(x, OSError) and x.errno in _ERRNO:
             return _os_line(x)

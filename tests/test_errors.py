@@ -44,6 +44,10 @@ def _wrapped(inner: BaseException) -> BaseException:
             "cannot restore params from /w/sft/export: x",
         ),
         (
+            FileNotFoundError("no exported params under '/w/sft'"),
+            "no exported params under '/w/sft'",
+        ),
+        (
             ValueError('RESOURCE_EXHAUSTED: Failed to write "/w/d/1": No space left on device'),
             "no space left on device (ValueError: RESOURCE_EXHAUSTED: Failed to write "
             '"/w/d/1": No space left on device)',
