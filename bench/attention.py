@@ -40,7 +40,7 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--block", type=int, default=None, help="query block / Pallas tile")
-    parser.add_argument("--repeats", type=int, default=2, help="timed steps after warm-up")
+    parser.add_argument("--repeats", type=int, default=1, help="timed steps after warm-up")
     parser.add_argument("--max-ref-run", type=int, default=8192, help="longest T the xla runs")
     parser.add_argument("--max-pallas-run", type=int, default=2048, help="longest interpret T")
     return parser.parse_args(argv)

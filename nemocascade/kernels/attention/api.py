@@ -104,6 +104,4 @@ def attention(
             if out is not None:
                 return out
         block = None  # the Pallas tile is no query block
-    return chunked_xla.attention(
-        *args, block_q=block or chunked_xla.DEFAULT_BLOCK_Q, causal_self=self_attention
-    )
+    return chunked_xla.attention(*args, block_q=block or chunked_xla.DEFAULT_BLOCK_Q)

@@ -13,12 +13,6 @@ extra forward of attention FLOPs).
 
 A length that is not a multiple of `block_q` is padded with padding queries
 (segment 0) whose rows are dropped again.
-
-`causal_self=True` (self-attention: keys are the queries' own tokens in slot
-order, so key j > query i is always masked) unrolls the blocks instead and
-gives query block i only keys `[0, (i+1)·block_q)`: half the work and memory
-traffic. Rows that see no key at all (padding queries) then spread their
-weights over that prefix instead of all keys; every loss masks those rows.
 """
 
 from __future__ import annotations
@@ -41,16 +35,11 @@ def attention(
     k_seg_bs,
     *,
     block_q: int = DEFAULT_BLOCK_Q,
-    causal_self: bool = False,
 ) -> jax.Array:
     """`reference.attention`, computed `block_q` queries at a time."""
     b, t, n, h = q_btnh.shape
     if t <= block_q:
         return reference.attention(q_btnh, k_bskh, v_bskh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs)
-    if causal_self:
-        return _causal_blocks(
-            q_btnh, k_bskh, v_bskh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs, block_q
-        )
     num_blocks = -(-t // block_q)
     pad = num_blocks * block_q - t
     if pad:
@@ -71,24 +60,3 @@ def attention(
     )
     out = jnp.moveaxis(out, 0, 1).reshape(b, num_blocks * block_q, n, h)
     return out[:, :t]
-
-
-def _causal_blocks(q_btnh, k_bskh, v_bskh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs, block_q):
-    """Unrolled query blocks, block i against the key prefix it can see."""
-    t = q_btnh.shape[1]
-    one_block = jax.checkpoint(reference.attention)
-    outs = []
-    for start in range(0, t, block_q):
-        end = min(start + block_q, t)
-        outs.append(
-            one_block(
-                q_btnh[:, start:end],
-                k_bskh[:, :end],
-                v_bskh[:, :end],
-                q_slot_bt[:, start:end],
-                q_seg_bt[:, start:end],
-                k_slot_bs[:, :end],
-                k_seg_bs[:, :end],
-            )
-        )
-    return jnp.concatenate(outs, axis=1)

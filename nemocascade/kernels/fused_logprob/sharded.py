@@ -49,7 +49,7 @@ class _Static:
     partial_stats: Callable[..., online_softmax.Partial]
     mesh: jax.sharding.Mesh
     batch_axes: str | tuple[str, ...] | None
-    vocab_axis: str
+    vocab_axis: str | None
     valid_vocab: int
     temperature: float
     compute_entropy: bool
@@ -68,8 +68,13 @@ class _Static:
 
     def local_columns(self, v_local: int):
         """(first global column of this shard, its number of valid columns)."""
+        if self.vocab_axis is None:
+            return 0, self.valid_vocab
         offset = lax.axis_index(self.vocab_axis) * v_local
         return offset, jnp.clip(self.valid_vocab - offset, 0, v_local)
+
+    def vocab_sum(self, x: jax.Array) -> jax.Array:
+        return x if self.vocab_axis is None else lax.psum(x, self.vocab_axis)
 
 
 def _forward(hidden, w, targets, static: _Static):
@@ -78,11 +83,9 @@ def _forward(hidden, w, targets, static: _Static):
     def local(h, w, y):
         offset, num_valid = static.local_columns(w.shape[1])
         p = static.partial_stats(h, w, y - offset, num_valid)
-        m = lax.pmax(p.m, static.vocab_axis)
+        m = p.m if static.vocab_axis is None else lax.pmax(p.m, static.vocab_axis)
         q = online_softmax.shift(p, m)
-        total = online_softmax.Partial(
-            m, *(lax.psum(x, static.vocab_axis) for x in (q.s, q.t, q.target))
-        )
+        total = online_softmax.Partial(m, *(static.vocab_sum(x) for x in (q.s, q.t, q.target)))
         return online_softmax.finalize(total)
 
     return jax.shard_map(
@@ -132,7 +135,7 @@ def _fused_bwd(static: _Static, residuals, cotangents):
             token_block=static.token_block,
             vocab_block=static.vocab_block,
         )
-        dh = lax.psum(dh, static.vocab_axis).astype(h.dtype)
+        dh = static.vocab_sum(dh).astype(h.dtype)
         if static.batch_axes is not None:
             dw = lax.psum(dw, static.batch_axes)
         return dh, dw
@@ -156,7 +159,7 @@ def token_logprobs(
     *,
     mesh: jax.sharding.Mesh,
     batch_axes: str | tuple[str, ...] | None = "data",
-    vocab_axis: str = "tensor",
+    vocab_axis: str | None = "tensor",
     temperature: float = 1.0,
     valid_vocab: int | None = None,
     compute_entropy: bool = True,
@@ -169,9 +172,10 @@ def token_logprobs(
     """Sharded `api.token_logprobs` for `hidden [N, D]`, `w [D, V]`, `targets [N]`.
 
     `N` must divide by the size of `batch_axes` and `V` by that of
-    `vocab_axis`. Arguments as in `api.token_logprobs`; `implementation` is the
-    per-shard forward ("chunked_xla", "pallas_tpu", "pallas_gpu"), the backward
-    is always the chunked XLA recompute.
+    `vocab_axis` (None: the vocabulary is not sharded, tokens only).
+    Arguments as in `api.token_logprobs`; `implementation` is the per-shard
+    forward ("chunked_xla", "pallas_tpu", "pallas_gpu"), the backward is
+    always the chunked XLA recompute.
     """
     vocab = w_unembed_dv.shape[1]
     valid_vocab = vocab if valid_vocab is None else int(valid_vocab)
