@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 
 from nemocascade import metrics as metrics_lib
+from nemocascade.rewards import sandbox
 
 DOMAINS = ("chat", "if", "math", "code")
 MODES = ("thinking", "instruct")
@@ -146,6 +147,11 @@ def write(workdir: str, stages: Sequence[str], tolerance: float = 0.03) -> str:
     lines += _table(table, done) if done else ["(no stage has finished yet)"]
     lines += ["", "Mean response length (tokens):", ""]
     lines += _lengths(table, done) if done else []
+    note = sandbox.WEAK_BACKEND_NOTE
+    weak = [s for s in stages if os.path.exists(os.path.join(workdir, s, note))]
+    if weak:
+        lines += ["", f"**WARNING: {', '.join(weak)} ran model-written code on the weaker "]
+        lines[-1] += "rlimit sandbox backend (no namespaces; docs/security.md).**"
     flags = forgetting(workdir, stages, tolerance)
     lines += ["", f"## Forgetting guard (tolerance {100 * tolerance:.0f} points)", ""]
     lines += [f"- **{f}**" for f in flags] if flags else ["No cell dropped beyond tolerance."]

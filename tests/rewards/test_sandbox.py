@@ -211,3 +211,22 @@ def test_config_names_the_field():
         config_lib.from_config_dict(cd)
     cd["sandbox"]["backend"] = "rlimit"
     assert config_lib.from_config_dict(cd).sandbox.backend == "rlimit"
+
+
+def test_code_stage_fails_closed_and_notes_the_weak_backend(monkeypatch, tmp_path):
+    from nemocascade.evaluation import report
+    from nemocascade.trainer.stages import rewarders
+
+    monkeypatch.delenv(jail.OVERRIDE_ENV, raising=False)
+    monkeypatch.setattr(jail, "bwrap_works", lambda: False)
+    cfg = config_lib.from_config_dict(stage3_config.get_config("tiny"))
+    assert "code" in cfg.rl.domains and cfg.sandbox.backend == "bwrap"
+    with pytest.raises(config_lib.ConfigError, match="config.sandbox.backend=bwrap: .*bubblewrap"):
+        rewarders.make(cfg, str(tmp_path), None, None, None)
+    monkeypatch.setenv(jail.OVERRIDE_ENV, "rlimit")
+    rewarder = rewarders.make(cfg, str(tmp_path), None, None, None)
+    rewarder.close()
+    assert os.path.exists(tmp_path / cfg.stage / sandbox.WEAK_BACKEND_NOTE)
+    with open(report.write(str(tmp_path), [cfg.stage])) as f:
+        text = f.read()
+    assert f"WARNING: {cfg.stage} ran model-written code on the weaker rlimit" in text

@@ -41,15 +41,27 @@ def available_backend() -> str:
     return jail.selected_backend()
 
 
-def configure(backend: str, needed: bool = True) -> None:
+def configure(backend: str, needed: bool = True) -> str | None:
     """Selects the backend for this process and the verifier workers it spawns.
 
     With `needed`, checks now that it works, so a missing bubblewrap stops a
-    run before its first step instead of scoring every program 0.
+    run before its first step instead of scoring every program 0, and
+    returns the backend code will run on.
     """
     os.environ[BACKEND_ENV] = backend
-    if needed:
-        jail.selected_backend()
+    return jail.selected_backend() if needed else None
+
+
+WEAK_BACKEND_NOTE = "SANDBOX_RLIMIT_WARNING.txt"
+
+
+def note_weak_backend(stage_dir: str) -> None:
+    """Leaves a note in a stage dir that ran code on rlimit (the report repeats it)."""
+    _log.warning("THIS STAGE RUNS MODEL-WRITTEN CODE ON THE WEAKER rlimit SANDBOX BACKEND")
+    if "://" not in stage_dir:
+        os.makedirs(stage_dir, exist_ok=True)
+        with open(os.path.join(stage_dir, WEAK_BACKEND_NOTE), "w") as f:
+            f.write("Model-written code ran on the rlimit sandbox backend (docs/security.md).\n")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,9 +52,11 @@ def make(cfg: config_lib.Config, workdir: str, rt, tok, template):
     # Before the pool spawns its workers (they inherit the choice); fails here,
     # with the install hint, when code must run and bubblewrap does not work.
     try:
-        sandbox.configure(cfg.sandbox.backend, needed="code" in cfg.rl.domains)
+        backend = sandbox.configure(cfg.sandbox.backend, needed="code" in cfg.rl.domains)
     except sandbox.SandboxUnavailable as e:
         raise config_lib.ConfigError(f"config.sandbox.backend={cfg.sandbox.backend}: {e}") from None
+    if backend == "rlimit":
+        sandbox.note_weak_backend(f"{workdir.rstrip('/')}/{cfg.stage}")
     rewarder = VerifierRewarder(cfg.rl)
     if cfg.rl.rm_bonus:  # C1 §4.4: verifier reward + sigmoid(group-z RM score) where it passes
         from nemocascade.trainer.stages import rm_bonus, rm_scoring
