@@ -75,12 +75,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def _text_for(stage_dir: str):
+def _text_for(stage_dir: str, model_cfg, modes: Sequence[str]):
     """(tokenizer, chat template) of a checkpoint dir — the one place evaluate gets them."""
+    from nemocascade import config as config_lib
     from nemocascade.data import text
 
-    tok, source = text.load_tokenizer("", stage_dir)
-    return tok, text.load_template("", source, tok=tok)
+    try:
+        tok, source = text.load_tokenizer("", stage_dir)
+        template = text.load_template("", source, tok=tok)
+        text.check_model(tok, template, model_cfg, tuple(modes))
+    except config_lib.ConfigError as e:
+        raise suites_lib.SuiteError(f"--workdir={stage_dir}: {e}") from None
+    return tok, template
 
 
 def reference_completion(example: tasks_base.Example, truncated: bool) -> str:
@@ -181,7 +187,7 @@ def run(opts: Options) -> dict[str, float]:
         params, cfg, mesh, rules, stage_dir = generate.load(
             opts.workdir, opts.stage or None, opts.preset or None
         )
-        loaded = (params, cfg, mesh, rules, *_text_for(stage_dir))
+        loaded = (params, cfg, mesh, rules, *_text_for(stage_dir, cfg, opts.modes))
     metrics: dict[str, float] = {}
     table = []
     for spec in opts.suites:
@@ -273,9 +279,11 @@ def main(argv: Sequence[str]) -> None:
         verifier_timeout_s=f.verifier_timeout_s,
         seed=f.seed,
     )
+    from nemocascade import generate
+
     try:
         run(opts)
-    except suites_lib.SuiteError as e:
+    except (suites_lib.SuiteError, generate.UsageError) as e:
         raise app.UsageError(str(e)) from None
 
 

@@ -110,6 +110,21 @@ def test_humaneval_all_164_canonical_solutions(tmp_path):
     assert metrics["humaneval/reference_truncated/pass@1"] == 0.0
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--suite=mmlu", "--completions_from=reference"], "built in are"),
+        (["--suite=humaneval"], "--workdir is needed"),
+        (["--suite=humaneval", "--workdir=/nonexistent"], "--workdir=/nonexistent"),
+    ],
+)
+def test_cli_usage_errors_name_the_flag(flags, message):
+    run = subprocess.run(
+        [sys.executable, "-m", "nemocascade.evaluate", *flags], capture_output=True, text=True
+    )
+    assert run.returncode != 0 and message in run.stderr, run.stderr[-2000:]
+
+
 def _write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
