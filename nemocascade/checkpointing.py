@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 
 DONE_FILE = "DONE"
 COMMIT_FILE = "commit_success.txt"  # orbax writes it last, before the final rename
@@ -149,7 +150,7 @@ class Manager:
     """Saves/restores `{state, data}` every N steps, keeping the latest K."""
 
     def __init__(self, directory: str, *, keep: int = 2, async_save: bool = True):
-        self.directory = directory if "://" in directory else os.path.abspath(directory)
+        self.directory = absolute(directory)
         self._mngr = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -232,19 +233,23 @@ class Manager:
         self._mngr.close()
 
 
+def absolute(path: str) -> str:
+    """A local path made absolute; a URI (`gs://…`, any `etils.epath` scheme) as it is."""
+    return path if "://" in path else os.path.abspath(path)
+
+
 def export_params(stage_dir: str, params: Any, info: dict | None = None):
     """Writes the stage's final params (the next stage's `init_from`) and DONE."""
-    path = os.path.join(os.path.abspath(stage_dir), "export")
+    path = f"{absolute(stage_dir).rstrip('/')}/export"
     ckptr = ocp.StandardCheckpointer()
     ckptr.save(path, params, force=True)
     ckptr.wait_until_finished()
     if jax.process_index() == 0:
-        with open(os.path.join(stage_dir, DONE_FILE), "w") as f:
-            json.dump(info or {}, f)
+        (epath.Path(stage_dir) / DONE_FILE).write_text(json.dumps(info or {}))
 
 
 def is_done(stage_dir: str) -> bool:
-    return os.path.exists(os.path.join(stage_dir, DONE_FILE))
+    return (epath.Path(stage_dir) / DONE_FILE).exists()
 
 
 def resolve_params_dir(path: str) -> str:

@@ -35,9 +35,7 @@ class Runtime:
 
 def stage_dir(workdir: str, stage: str) -> str:
     """`workdir/stage`; a local workdir is made absolute, a URI (`gs://…`) kept as it is."""
-    if "://" in workdir:
-        return f"{workdir.rstrip('/')}/{stage}"
-    return os.path.join(os.path.abspath(workdir), stage)
+    return f"{checkpointing.absolute(workdir).rstrip('/')}/{stage}"
 
 
 def write_run_files(cfg: config_lib.Config, directory: str) -> None:
