@@ -186,9 +186,12 @@ def from_file(kind: str, path: str) -> Suite:
     for where, rec in _rows(path):
         if kind == "jsonl":
             try:
-                examples.append(records.parse("rl", where, rec))
+                example = records.parse("rl", where, rec)
             except records.RecordError as e:
                 raise SuiteError(str(e)) from None
+            if example.domain == "chat":
+                raise SuiteError(f"{where}: chat records have no verifier to score them")
+            examples.append(example)
             continue
         if not isinstance(rec, dict):
             raise SuiteError(f"{where}: not a JSON object")

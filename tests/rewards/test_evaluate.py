@@ -196,6 +196,7 @@ def test_file_suites(tmp_path):
         ("ifeval", {"prompt": "p", "instruction_id_list": ["x:y"], "kwargs": [{}]}, "unknown"),
         ("livecodebench", {"question_content": "q", "private_test_cases": "eJz"}, "not JSON"),
         ("jsonl", {"prompt": "p", "domain": "math"}, "'answer'"),
+        ("jsonl", {"prompt": "p", "domain": "chat"}, "no verifier"),
     ],
 )
 def test_bad_records_name_file_and_line(tmp_path, kind, row, message):
