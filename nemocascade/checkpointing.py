@@ -208,7 +208,10 @@ class Manager:
             )
             causes.append((step, cause))
         listing = "; ".join(f"step {s}: {c}" for s, c in causes) or "no checkpoint"
-        raise CheckpointError(f"no checkpoint in {self.directory} restores ({listing})")
+        raise CheckpointError(
+            f"no checkpoint in {self.directory} restores ({listing}); "
+            "move that directory away to start the stage from scratch"
+        )
 
     def _move_aside(self, steps: list[int]):
         if not steps:

@@ -81,6 +81,7 @@ def test_no_restorable_checkpoint_is_an_error_and_moves_nothing(tmp_path):
     msg = str(e.value)
     assert msg.startswith(f"no checkpoint in {directory} restores (step 4: ")
     assert "; step 2: " in msg and "\n" not in msg
+    assert msg.endswith("; move that directory away to start the stage from scratch")
     assert sorted(os.listdir(directory)) == ["2", "4"]
     m.close()
 
