@@ -13,7 +13,9 @@ Payloads (in `Example.meta`, as in the record schema):
   (absolute or relative) if given;
 * assertion (HumanEval): `test` (code defining `check(candidate)`) and
   `entry_point`; `prompt_code` is prepended when the program does not define
-  the entry point (a completion that is only the function body).
+  the entry point (a completion that is only the function body). `check`
+  runs with pristine builtins, the helpers of `prompt_code` and the entry
+  point as `candidate`, whose results must be exact builtin types.
 
 Optional in the stdin/stdout and call `tests` dicts: `time_limit_s` (per
 case, default 2), `memory_limit_mb` (default 512), `float_tolerance`. All

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from nemocascade.rewards import code_tests, sandbox
-from nemocascade.rewards.sandbox import jail, seccomp
+from nemocascade.rewards.sandbox import guard, jail, seccomp
 
 BACKENDS = ["rlimit"] + (["bwrap"] if jail.bwrap_works() else [])
 LIMITS = {"time_limit_s": 3.0, "memory_mb": 256, "max_output_bytes": 1 << 16}
@@ -95,8 +95,26 @@ def test_host_files_are_unreadable(backend, tmp_path):
         for path in (planted, "/etc/passwd", "/etc/hostname", "/root/.bashrc"):
             assert secret not in blocked(read, backend, path)
         blocked("import os\ndef f(x):\n    return os.listdir('/tmp')", backend)
+        # dir_fd is not in the audit event: from a directory the hook allows,
+        # a relative `..` path would climb out where the cwd says it stays in.
+        escape = (
+            "import os, sys\ndef f(x):\n    root = os.path.dirname(os.__file__)\n"
+            "    os.chdir(root + '/json')\n    fd = os.open(root, os.O_RDONLY)\n"
+            "    up = '../' * (root.count('/') - 1)\n"
+            "    return os.read(os.open(up + 'etc/passwd', os.O_RDONLY, dir_fd=fd), 99)"
+        )
+        assert "root:" not in blocked(escape, backend)
     finally:
         os.remove(planted)
+
+
+def test_hook_resolves_paths_and_refuses_relative_dotdot():
+    hook = guard.make_guard(("/usr",))
+    with pytest.raises(PermissionError, match="'..' in a relative path"):
+        hook("open", ("../../etc/passwd", "r", 0))
+    with pytest.raises(PermissionError, match="read outside the sandbox"):
+        hook("open", ("/usr/../etc/passwd", "r", 0))
+    hook("open", ("/usr/lib/../bin/env", "r", 0))  # resolves under /usr: allowed
 
 
 def test_file_writes_incl_fifo(backend):

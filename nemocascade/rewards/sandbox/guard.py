@@ -60,6 +60,10 @@ def make_guard(read_roots: tuple[str, ...]):
         if _type(path) is not _str:
             raise _denied("blocked by sandbox: path of unsupported type")
         if not path.startswith("/"):
+            # The audit event omits `dir_fd`: a relative path may be resolved by
+            # the kernel from another directory than the cwd, so no `..` in it.
+            if ".." in path.split("/"):
+                raise _denied("blocked by sandbox: '..' in a relative path")
             path = _getcwd() + "/" + path
         parts, done, hops = path.split("/"), [], 0
         while parts:
