@@ -57,14 +57,14 @@ def _format(path: epath.Path) -> str:
 
 
 def _jsonl_rows(path: epath.Path) -> Iterator[tuple[int, int, Any]]:
-    """(line number, byte offset, parsed JSON or the JSONDecodeError) per non-blank line."""
+    """(line number, byte offset, parsed JSON or its decoding error) per non-blank line."""
     offset = 0
     with path.open("rb") as f:
         for n, line in enumerate(f, start=1):
             if line.strip():
                 try:
                     yield n, offset, json.loads(line)
-                except json.JSONDecodeError as e:
+                except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
                     yield n, offset, e
             offset += len(line)
 
@@ -279,6 +279,8 @@ def parse(kind: str, where: str, record: Any):
     """The record checked and normalized for `kind` (RecordError on any problem)."""
     if isinstance(record, json.JSONDecodeError):
         raise RecordError(f"{where}: not valid JSON ({record.msg}, column {record.colno})")
+    if isinstance(record, UnicodeDecodeError):
+        raise RecordError(f"{where}: not valid UTF-8 (byte {record.start})")
     if not isinstance(record, dict):
         raise RecordError(f"{where}: a record must be a JSON object, got {type(record).__name__}")
     return _CHECKS[kind](record, where)
