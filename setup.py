@@ -26,6 +26,9 @@ setuptools.setup(
         "matplotlib>=3.8",
         "safetensors>=0.4",
         "tokenizers>=0.20",
+        "jinja2>=3.1.6",  # models' chat templates (sandboxed, as transformers renders them)
+        "pyarrow>=15",  # Parquet and saved-dataset record files
+        "etils[epath]>=1.7",  # gs:// and other URI paths
         # rewards and benchmarks (docs/rewards.md)
         "math-verify>=0.9",
         "langdetect>=1.0.9",  # IFEval checkers
@@ -37,6 +40,7 @@ setuptools.setup(
     extras_require={
         "test": [
             "pytest>=8",
+            "hypothesis>=6.100",
             "pytest-xdist>=3.5",
             "ruff>=0.6",
             "torch>=2.4",
