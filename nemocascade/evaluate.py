@@ -15,7 +15,8 @@ mode m (`eval.suites=` and the report read them like the stage eval matrix):
 * `s/m/pass@k` for each `--k` in (1, n]: the unbiased estimator of Chen et
   al. (2021), 1 - C(n-c, k) / C(n, k), averaged over prompts;
 * `s/m/mean_len`: mean generated tokens; `s/m/truncated`: fraction without a stop;
-* `s/m/inst_level_strict_acc` for instruction-following suites.
+* `s/m/{prompt,inst}_level_{strict,loose}_acc` for IFEval/IFBench suites:
+  IFEval's four accuracies over all samples (prompt-level strict = pass@1).
 
 `--completions_from=reference` (or `reference_truncated`: the last line of
 each reference program dropped) scores the suite's own reference answers
@@ -113,8 +114,8 @@ def _sample(
     from nemocascade import generate
     from nemocascade.rollout import modes as modes_lib
 
-    params, cfg, mesh, rules, tok, template = loaded
-    mode = modes_lib.get(mode_name, tok, template, opts.thinking_budget)
+    cfg, tok = loaded.model_cfg, loaded.tok
+    mode = modes_lib.get(mode_name, tok, loaded.template, opts.thinking_budget)
     rows = [{"prompt": ex.prompt, "messages": _messages(ex)} for ex in examples]
     longest = max(len(mode.prompt(tok, r["messages"])) for r in rows)
     if longest + opts.max_new_tokens > cfg.max_seq_len:
@@ -123,7 +124,7 @@ def _sample(
             f"exceeds the model's max_seq_len={cfg.max_seq_len}"
         )
     out = generate.complete(
-        params,
+        loaded.params,
         cfg,
         tok,
         [r for r in rows for _ in range(opts.n)],
@@ -132,8 +133,8 @@ def _sample(
         max_new_tokens=opts.max_new_tokens,
         batch_size=opts.batch_size,
         seed=opts.seed,
-        mesh=mesh,
-        rules=rules,
+        mesh=loaded.mesh,
+        rules=loaded.rules,
     )
     lengths = np.asarray([o["num_tokens"] for o in out], np.float64)
     return [o["completion"] for o in out], lengths, np.asarray([o["truncated"] for o in out])
@@ -156,10 +157,29 @@ def suite_metrics(prefix: str, results, n: int, ks: Sequence[int], lengths=None,
     if lengths is not None:
         out[f"{prefix}/mean_len"] = float(lengths.mean())
         out[f"{prefix}/truncated"] = float(truncated.mean())
-    followed = [v for r in results for v in r.info.get("instructions", {}).values()]
-    if followed:
-        out[f"{prefix}/inst_level_strict_acc"] = float(np.mean(followed))
     return out, int(correct.sum())
+
+
+def if_figures(prefix: str, examples, completions: list[str], n: int) -> dict[str, float]:
+    """IFEval's four accuracies over every sample of the suite's IFEval/IFBench prompts."""
+    from nemocascade.rewards import base
+    from nemocascade.rewards.ifeval import scoring
+
+    pairs = []
+    for i, ex in enumerate(examples):
+        ids = ex.meta.get("instruction_id_list")
+        if ex.domain != "if" or not ids:
+            continue
+        for completion in completions[i * n : (i + 1) * n]:
+            _, answer = base.split_thinking(completion)
+            if answer is None:  # unfinished thinking follows nothing
+                pairs.append(([False] * len(ids), [False] * len(ids)))
+                continue
+            args = (answer, ids, ex.meta["kwargs"], ex.prompt)
+            pairs.append((scoring.follows(*args), scoring.follows(*args, loose=True)))
+    if not pairs:
+        return {}
+    return {f"{prefix}/{k}": v for k, v in scoring.accuracy(pairs).items()}
 
 
 def _check(opts: Options) -> None:
@@ -177,17 +197,26 @@ def _check(opts: Options) -> None:
         )
 
 
-def run(opts: Options) -> dict[str, float]:
-    """Evaluates, writes the matrix, prints the table; returns the new metrics."""
-    _check(opts)
-    loaded, stage_dir = None, ""
-    if opts.completions_from == "model":
-        from nemocascade import generate
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """A policy ready to sample: what `generate.load` and `_text_for` give."""
 
-        params, cfg, mesh, rules, stage_dir = generate.load(
-            opts.workdir, opts.stage or None, opts.preset or None
-        )
-        loaded = (params, cfg, mesh, rules, *_text_for(stage_dir, cfg, opts.modes))
+    params: object
+    model_cfg: object
+    mesh: object
+    rules: object
+    tok: object
+    template: object
+
+
+def score_suites(opts: Options, loaded: Loaded | None = None):
+    """(metrics, table rows) of every suite; samples from `loaded` unless reference mode.
+
+    Importable for in-training use: a stage that holds its params, tokenizer and
+    template passes them as `Loaded` and gets the same keys as the CLI.
+    """
+    if opts.completions_from == "model" and loaded is None:
+        raise suites_lib.SuiteError("sampling needs a loaded model")
     metrics: dict[str, float] = {}
     table = []
     for spec in opts.suites:
@@ -201,13 +230,28 @@ def run(opts: Options) -> dict[str, float]:
             runs = [(opts.completions_from, 1, completions, None, None)]
         for mode, n, completions, lengths, trunc in runs:
             results = _score(opts, examples, completions, n)
-            values, passed = suite_metrics(
-                f"{suite.name}/{mode}", results, n, opts.k, lengths, trunc
-            )
+            prefix = f"{suite.name}/{mode}"
+            values, passed = suite_metrics(prefix, results, n, opts.k, lengths, trunc)
+            values.update(if_figures(prefix, examples, completions, n))
             metrics.update(values)
             table.append((suite.name, mode, len(examples), passed, n * len(examples), values))
         if suite.skipped:
             print(f"{suite.name}: {suite.skipped} left out ({suite.note})")
+    return metrics, table
+
+
+def run(opts: Options) -> dict[str, float]:
+    """Evaluates, writes the matrix, prints the table; returns the new metrics."""
+    _check(opts)
+    loaded, stage_dir = None, ""
+    if opts.completions_from == "model":
+        from nemocascade import generate
+
+        params, cfg, mesh, rules, stage_dir = generate.load(
+            opts.workdir, opts.stage or None, opts.preset or None
+        )
+        loaded = Loaded(params, cfg, mesh, rules, *_text_for(stage_dir, cfg, opts.modes))
+    metrics, table = score_suites(opts, loaded)
     output = opts.output or os.path.join(stage_dir or ".", "eval_matrix.json")
     _write(output, os.path.basename(stage_dir) or opts.completions_from, metrics)
     print(format_table(table))

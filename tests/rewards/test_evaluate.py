@@ -11,6 +11,7 @@ import pytest
 from nemocascade import checkpointing, evaluate
 from nemocascade.evaluation import suites
 from nemocascade.rewards import base
+from nemocascade.tasks import base as tasks_base
 from tests.rollout import helpers
 
 
@@ -40,11 +41,9 @@ def test_pass_at_k_matches_chen_everywhere_and_rejects_bad_arguments():
 
 
 def test_suite_metrics_from_results():
-    # 3 prompts x 4 samples: 4, 1 and 0 correct; IF info on two of them.
+    # 3 prompts x 4 samples: 4, 1 and 0 correct.
     scores = [1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0]
     results = [base.RewardResult(float(s)) for s in scores]
-    results[0] = base.RewardResult(1.0, {"instructions": {"a": True, "b": True}})
-    results[4] = base.RewardResult(0.0, {"instructions": {"a": True, "b": False}})
     lengths, trunc = np.arange(12.0), np.array([True] * 3 + [False] * 9)
     values, passed = evaluate.suite_metrics("s/thinking", results, 4, (1, 2, 8), lengths, trunc)
     assert passed == 5
@@ -54,9 +53,37 @@ def test_suite_metrics_from_results():
             "s/thinking/pass@2": (1 + 0.5 + 0) / 3,  # k=8 > n is not reported
             "s/thinking/mean_len": 5.5,
             "s/thinking/truncated": 0.25,
-            "s/thinking/inst_level_strict_acc": 0.75,
         }
     )
+
+
+def test_if_figures_strict_and_loose():
+    meta = {
+        "instruction_id_list": ["punctuation:no_comma", "startend:quotation"],
+        "kwargs": [{}, {}],
+    }
+    examples = [
+        tasks_base.Example("a", "if", 0, "p", "", "", meta),
+        tasks_base.Example("b", "math", 0, "q", "", "", {"answer": "1"}),
+    ]
+    completions = [
+        '"no commas here"',  # both hold
+        '**Title**\n"no commas here"',  # quotation only after dropping the first line
+        "<think>\nnever closed",  # unfinished: nothing holds
+        "\\boxed{1}",  # the math prompt is not counted
+        "x",
+        "y",
+    ]
+    values = evaluate.if_figures("s/m", examples, completions, 3)
+    assert values == pytest.approx(
+        {
+            "s/m/prompt_level_strict_acc": 1 / 3,
+            "s/m/inst_level_strict_acc": 3 / 6,
+            "s/m/prompt_level_loose_acc": 2 / 3,
+            "s/m/inst_level_loose_acc": 4 / 6,
+        }
+    )
+    assert evaluate.if_figures("s/m", examples[1:], completions[3:], 3) == {}
 
 
 def test_builtin_suites_offline():
