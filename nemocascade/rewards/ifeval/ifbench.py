@@ -4,7 +4,8 @@ The package downloads spaCy's `en_core_web_sm` and NLTK data when imported
 and inside several checkers. Nothing it checks uses spaCy, so we import it
 with both downloaders replaced by no-ops and give its modules an `nltk` whose
 `download` does nothing and whose `word_tokenize` is the offline tokenizer of
-`instructions_util` (regex sentences + Treebank words, no punkt data).
+`instructions_util` (regex sentences + Treebank words, no punkt data; used by
+`words:keywords_specific_position`, `words:words_position` and `format:title_case`).
 
 Two ids need NLTK data that is not available offline and are refused with a
 ValueError naming them (`UNSUPPORTED`): `ratio:stop_words` (the NLTK
