@@ -81,17 +81,23 @@ def incomplete(step_dir: str) -> str | None:
     """Why `step_dir` is not a complete checkpoint (None if it looks complete).
 
     Cheap structural checks only: the commit marker and step metadata exist,
-    no file is empty and the JSON metadata parses. Zeroed or truncated array
-    data is caught by the restore.
+    no file is empty and the JSON metadata parses (the last two on local disks
+    only: listing a bucket costs more than the restore that follows). Zeroed or
+    truncated array data is caught by the restore.
     """
     for marker in (COMMIT_FILE, STEP_METADATA):
-        if not os.path.isfile(os.path.join(step_dir, marker)):
+        if not (epath.Path(step_dir) / marker).exists():
             return f"no {marker} (the save did not finish)"
     return damaged_files(step_dir)
 
 
 def damaged_files(directory: str) -> str | None:
-    """An empty file, or `_METADATA`/`_CHECKPOINT_METADATA` that is not JSON, in `directory`."""
+    """An empty file, or `_METADATA`/`_CHECKPOINT_METADATA` that is not JSON, in `directory`.
+
+    None for a URI (`gs://…`): its files are checked by the restore itself.
+    """
+    if "://" in directory:
+        return None
     for root, _, files in os.walk(directory):
         for name in sorted(files):
             path = os.path.join(root, name)
@@ -178,7 +184,7 @@ class Manager:
         return restored["state"], own_data_state(dict(restored["data"] or {}))
 
     def step_dir(self, step: int) -> str:
-        return os.path.join(self.directory, str(step))
+        return f"{self.directory.rstrip('/')}/{step}"
 
     def restore_latest(
         self, abstract_state: Any, *, move_aside: bool = True
@@ -217,15 +223,18 @@ class Manager:
         if not steps:
             return
         if jax.process_index() == 0:
-            aside = self.directory + ".corrupt"
-            os.makedirs(aside, exist_ok=True)
+            aside = epath.Path(self.directory.rstrip("/") + ".corrupt")
+            aside.mkdir(parents=True, exist_ok=True)
             for step in steps:
-                target = os.path.join(aside, str(step))
-                n = 1
-                while os.path.exists(target):
-                    target, n = os.path.join(aside, f"{step}-{n}"), n + 1
-                os.replace(self.step_dir(step), target)
+                target, n = aside / str(step), 1
+                while target.exists():
+                    target, n = aside / f"{step}-{n}", n + 1
+                epath.Path(self.step_dir(step)).rename(target)
                 logging.warning("moved unusable checkpoint %s to %s", self.step_dir(step), target)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("checkpointing.move_aside")
         self._mngr.reload()
 
     def wait(self):

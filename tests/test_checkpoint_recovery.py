@@ -149,3 +149,20 @@ def test_writer_drops_replayed_rows(tmp_path):
     w.write(5, {"eval": 1.0})
     with open(w.path) as f:
         assert json.loads(f.readlines()[-1]) == {"step": 5, "eval": 1.0}
+
+
+def test_incomplete_on_a_uri(tmp_path, monkeypatch):
+    """Bucket step dirs: the markers are looked up through epath (no local-only os calls)."""
+    from etils import epath
+    from etils.epath import testing as epath_testing
+
+    monkeypatch.chdir(tmp_path)
+    with epath_testing.mock_epath():
+        step_dir = "gs://bucket/run/sft/checkpoints/4"
+        epath.Path(step_dir).mkdir(parents=True)
+        assert (
+            checkpointing.incomplete(step_dir) == "no commit_success.txt (the save did not finish)"
+        )
+        for marker in (checkpointing.COMMIT_FILE, checkpointing.STEP_METADATA):
+            (epath.Path(step_dir) / marker).write_text("{}")
+        assert checkpointing.incomplete(step_dir) is None
