@@ -8,11 +8,17 @@ in float32, rotate-half RoPE) so imported checkpoints give the same logits.
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from nemocascade.kernels.attention import api as attention_api, sharded as attention_sharded
+from nemocascade.kernels.attention import (
+    api as attention_api,
+    decode as attention_decode,
+    sharded as attention_sharded,
+)
 from nemocascade.model import presets
 
 
@@ -121,7 +127,6 @@ class Attention(nn.Module):
         v_btkh = constrain(v_btkh, _ACT_KV)
 
         if not cache:
-            k_bskh, v_bskh, k_slot_bs, k_seg_bs = k_btkh, v_btkh, q_slot_bt, q_seg_bt
             new_cache = cache
         else:
             # Write only the new tokens' slots of this layer into the full
@@ -144,24 +149,20 @@ class Attention(nn.Module):
                     cache["seg"], q_seg_bt.astype(cache["seg"].dtype)[None], (layer, zero, start)
                 ),
             }
-            k_bskh = jax.lax.dynamic_index_in_dim(new_cache["k"], layer, 0, keepdims=False)
-            v_bskh = jax.lax.dynamic_index_in_dim(new_cache["v"], layer, 0, keepdims=False)
-            k_seg_bs = jax.lax.dynamic_index_in_dim(new_cache["seg"], layer, 0, keepdims=False)
-            s = k_bskh.shape[1]
-            k_slot_bs = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), k_seg_bs.shape)
-
-        out_btnh = attention_api.attention(
-            q_btnh,
-            k_bskh,
-            v_bskh,
-            q_slot_bt,
-            q_seg_bt,
-            k_slot_bs,
-            k_seg_bs,
+        attend = functools.partial(
+            attention_api.attention,
             implementation=cfg.attention_impl,
             self_attention=not cache,
             mesh_axes=_mesh_axes(),
         )
+        if cache:
+            # Reads only the filled part of this layer's cache (length buckets).
+            filled = start + q_btnh.shape[1]
+            out_btnh = attention_decode.attention(
+                attend, q_btnh, q_slot_bt, q_seg_bt, new_cache, layer, filled
+            )
+        else:
+            out_btnh = attend(q_btnh, k_btkh, v_btkh, q_slot_bt, q_seg_bt, q_slot_bt, q_seg_bt)
         out_btnh = constrain(out_btnh.astype(dtype_of(cfg.dtype)), _ACT_Q)
         out_btd = Dense(
             "btnh,nhd->btd", (n, h, d), ("heads", "head_dim", "embed"), cfg, name="o_proj"

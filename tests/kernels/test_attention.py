@@ -1,8 +1,10 @@
 """Attention implementations against the reference: values and gradients with
 causal + segment masks + GQA (Pallas kernels in interpret mode), fallbacks,
-shard_map over 8 fake devices == single device, sampler log-probs == trainer's."""
+shard_map over 8 fake devices == single device, bucketed cache reads == whole
+cache, sampler log-probs == trainer's."""
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -10,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nemocascade.kernels.attention import api, chunked_xla, reference, sharded
+from nemocascade.kernels.attention import api, chunked_xla, decode, reference, sharded
 from nemocascade.model import presets
 from nemocascade.rollout import sampler, sampling
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
@@ -192,9 +194,14 @@ def test_sampler_logprobs_equal_trainer_logprobs(impl):
         stop_ids=(),
         max_new_tokens=max_new,
     )
+    assert out.prompt_tokens.shape[1] + max_new == 128  # tile-aligned: the Pallas kernels run
+    _assert_trainer_agrees(params, cfg, out, max_new)
+
+
+def _assert_trainer_agrees(params, cfg, out, max_new):
+    """The trainer's log-probs of the sampled completions equal the sampler's."""
     tokens = np.concatenate([out.prompt_tokens, out.completion_tokens], axis=1)
     p = out.prompt_tokens.shape[1]
-    assert tokens.shape[1] == 128  # tile-aligned: the Pallas kernels run, not the fallback
     pad = p - out.prompt_lengths
     slots = np.arange(tokens.shape[1])[None]
     batch = {
@@ -206,3 +213,57 @@ def test_sampler_logprobs_equal_trainer_logprobs(impl):
     logp, _ = forward.sequence_logprobs(params, cfg, batch)
     trainer = np.asarray(logp)[:, p - 1 : p - 1 + max_new]
     np.testing.assert_allclose(out.logprobs, trainer, atol=2e-5)
+
+
+def test_bucket_sizes_halve_to_aligned_prefixes():
+    assert decode.bucket_sizes(1040) == (256, 384, 640, 1040)
+    assert decode.bucket_sizes(49_152) == (256,) + tuple(49_152 >> i for i in range(7, -1, -1))
+    assert decode.bucket_sizes(300) == (256, 300)  # 150 rounds up to 256
+    assert decode.bucket_sizes(256) == (256,)  # a half would be < 256 slots
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_bucketed_cache_read_equals_whole_cache(t):
+    rng = np.random.default_rng(3)
+    layers, b, s = 2, 2, 512
+    cache = {
+        "k": jnp.asarray(rng.normal(size=(layers, b, s, K, H)), jnp.float32),
+        "v": jnp.asarray(rng.normal(size=(layers, b, s, K, H)), jnp.float32),
+    }
+    slots = np.arange(s)
+    attend = functools.partial(api.attention, implementation="xla")
+
+    @jax.jit
+    def both(q, seg_lbs, filled):
+        q_slot = jnp.broadcast_to(filled - t + jnp.arange(t, dtype=jnp.int32), (b, t))
+        q_seg = jnp.ones((b, t), jnp.int32)
+        c = dict(cache, seg=seg_lbs)
+        out = decode.attention(attend, q, q_slot, q_seg, c, jnp.int32(1), filled, min_bucket=128)
+        k_slot = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+        ref = reference.attention(q, c["k"][1], c["v"][1], q_slot, q_seg, k_slot, seg_lbs[1])
+        return out, ref
+
+    for filled in (4 + t, 100, 128, 129, 300, 511, 512):  # every query sees a key
+        seg = (slots < filled) & (slots >= np.array([[0], [3]]))  # row 1: 3 left-pad slots
+        seg_lbs = jnp.asarray(np.broadcast_to(seg, (layers, b, s)).astype(np.int32))
+        q = jnp.asarray(rng.normal(size=(b, t, N, H)), jnp.float32)
+        out, ref = both(q, seg_lbs, jnp.int32(filled))
+        np.testing.assert_allclose(out, ref, atol=2e-6, rtol=2e-6)
+    text = both.lower(q, seg_lbs, jnp.int32(1)).as_text()
+    assert "stablehlo.case" in text  # buckets 128, 256, 512: one program, three branches
+
+
+def test_sampler_long_cache_reads_buckets_and_equals_trainer():
+    cfg = dataclasses.replace(helpers.TOY_MODEL, attention_impl="xla", max_seq_len=512)
+    params = helpers.random_params()
+    out = sampler.generate(
+        params,
+        cfg,
+        [[1, 2, 3], [4, 5, 6, 7, 8]],
+        method=sampling.Greedy(),
+        rng=jax.random.key(0),
+        stop_ids=(),
+        max_new_tokens=496,
+    )  # cache 16 + 496 = 512 slots: buckets 256 and 512
+    assert decode.bucket_sizes(512) == (256, 512)
+    _assert_trainer_agrees(params, cfg, out, 496)
