@@ -100,6 +100,9 @@ class EvalConfig:
     batch_size: int = 64
     domains: tuple[str, ...] = tasks_base.DOMAINS
     modes: tuple[str, ...] = tasks_base.MODES
+    # Benchmark suites (nemocascade/evaluation/suites.py: "humaneval", "gsm8k:/data/x.jsonl")
+    # added to the eval matrix as <suite>/<mode>/<metric> and to the forgetting guard.
+    suites: tuple[str, ...] = ()
     # On-policy stages: > 0 checks the domains outside `rl.domains` at every
     # `train.eval_every` against the stage's start (stages/guard.py).
     guard_tolerance: float = 0.0
@@ -290,6 +293,11 @@ def validate(cfg: Config) -> Config:
         cfg.eval.guard_tolerance >= 0,
         f"config.eval.guard_tolerance must be >= 0, got {cfg.eval.guard_tolerance}",
     )
+    for spec in cfg.eval.suites:
+        from nemocascade.evaluation import suites as suites_lib
+
+        problem = suites_lib.spec_error(spec)
+        _check(problem is None, f"config.eval.suites: {problem}")
     _check(
         not cfg.eval.guard_stop or cfg.eval.guard_tolerance > 0,
         "config.eval.guard_stop needs config.eval.guard_tolerance > 0",
@@ -485,6 +493,11 @@ def checkpoint_model(init_from: str, **overrides) -> presets.ModelConfig:
     raise ValueError(f"preset='checkpoint': no {MODEL_CONFIG_FILE} in {init_from} or its parent")
 
 
+def _plain(value: Any) -> Any:
+    """A ConfigDict section as plain dicts and lists (what `config.json` stores)."""
+    return value.to_dict() if hasattr(value, "to_dict") else value
+
+
 def from_config_dict(cd: Any) -> Config:
     """ConfigDict (from a config file) → validated `Config`."""
     cd = dict(cd.items())
@@ -500,12 +513,29 @@ def from_config_dict(cd: Any) -> Config:
     except ValueError as e:
         raise ConfigError(f"config.model: {e}") from None
     hints = {f.name for f in dataclasses.fields(Config)}
-    extra = {k: cd.pop(k) for k in list(cd) if k not in hints}
+    extra = {k: _plain(cd.pop(k)) for k in list(cd) if k not in hints}
     cfg = build(_ConfigSections, cd, "config")
     cfg = Config(
         model=model,
         extra=extra,
         **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(_ConfigSections)},
+    )
+    return validate(cfg)
+
+
+def from_dict(d: dict[str, Any]) -> Config:
+    """The typed config from `dataclasses.asdict(cfg)` (a stage's `config.json`)."""
+    d = dict(d)
+    try:
+        model = presets.ModelConfig(**d.pop("model"))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"config.model: {e}") from None
+    extra = d.pop("extra", {}) or {}
+    sections = build(_ConfigSections, d, "config")
+    cfg = Config(
+        model=model,
+        extra=extra,
+        **{f.name: getattr(sections, f.name) for f in dataclasses.fields(_ConfigSections)},
     )
     return validate(cfg)
 

@@ -15,6 +15,9 @@ from nemocascade import checkpointing, config as config_lib, metrics as metrics_
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import optimizer, state as state_lib
 
+CONFIG_FILE = "config.json"
+RUN_FILE = "run.json"
+
 
 @dataclasses.dataclass
 class Runtime:
@@ -38,22 +41,75 @@ def stage_dir(workdir: str, stage: str) -> str:
     return f"{checkpointing.absolute(workdir).rstrip('/')}/{stage}"
 
 
-def write_run_files(cfg: config_lib.Config, directory: str) -> None:
-    """`config.json` (the resolved config) and `model_config.json` (the shape) of a stage."""
+_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain", "nemocascade")
+
+
+def _git_commit() -> str | None:
+    """The commit of the code that runs, when it runs from a git checkout."""
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(
+            ["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(
+        ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        timeout=5,
+    ).stdout.strip()
+    return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def run_record(mesh: jax.sharding.Mesh) -> dict:
+    """What ran where: command line, package versions, git commit, devices and mesh."""
+    import importlib.metadata
+    import sys
+
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    devices = jax.devices()
+    return {
+        "argv": list(sys.argv),
+        "python": sys.version.split()[0],
+        "versions": versions,
+        "git_commit": _git_commit(),
+        "platform": devices[0].platform,
+        "device_kind": devices[0].device_kind,
+        "num_devices": len(devices),
+        "num_processes": jax.process_count(),
+        "mesh": dict(mesh.shape),
+    }
+
+
+def write_run_files(cfg: config_lib.Config, directory: str, mesh=None) -> None:
+    """`config.json` (the resolved config), `model_config.json` (the shape) and, with
+    the mesh, `run.json` (`run_record`) of a stage; process 0 writes them."""
     if jax.process_index() != 0:
         return
     d = epath.Path(directory)
-    (d / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1, default=str))
+    (d / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=1, default=str))
     model = json.dumps(dataclasses.asdict(cfg.model), indent=2)
     (d / config_lib.MODEL_CONFIG_FILE).write_text(model)
+    if mesh is not None:
+        (d / RUN_FILE).write_text(json.dumps(run_record(mesh), indent=1))
 
 
 def setup(cfg: config_lib.Config, workdir: str, total_steps: int | None = None) -> Runtime:
     config_lib.check_devices(cfg, jax.device_count())
     directory = stage_dir(workdir, cfg.stage)
     epath.Path(directory).mkdir(parents=True, exist_ok=True)
-    write_run_files(cfg, directory)
     mesh = mesh_lib.make_mesh(cfg.mesh.shape)
+    write_run_files(cfg, directory, mesh)
     rules = rules_lib.get_rules(cfg.mesh.rules)
     tx = optimizer.make(cfg.optim, total_steps or cfg.train.steps)
     abstract, shardings = state_lib.abstract_state(cfg.model, tx, mesh, rules)
