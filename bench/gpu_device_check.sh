@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The prepared GPU session: Pallas GPU lowering of the fused log-prob kernel,
 # its agreement with the chunked XLA path, and side-by-side timings, at three
-# sizes, then the forward tile sweep. Writes everything to ${OUT:-/tmp}/gpu_check.log.
+# sizes, then the forward tile sweep; then flash attention (Pallas GPU, cuDNN
+# via dot_product, chunked XLA vs the reference) and the shard_map log-prob
+# (bench/attention_gpu_check.py, one JSON line). Writes everything to
+# ${OUT:-/tmp}/gpu_check.log.
 #
 #     OUT=/tmp/out bash bench/gpu_device_check.sh
 set -u
@@ -19,4 +22,6 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
   done
   echo "=== fused_logprob_gpu_tune (forward only)"
   timeout 200 "$py" bench/fused_logprob_gpu_tune.py || echo "exit status $?"
+  echo "=== attention_gpu_check (flash attention, sharded log-prob)"
+  timeout 240 "$py" bench/attention_gpu_check.py || echo "exit status $?"
 } 2>&1 | tee "$out"
