@@ -65,6 +65,7 @@ class Options:
     verifier_workers: int = 2
     verifier_timeout_s: float = 30.0
     seed: int = 0
+    skip_domains: tuple[str, ...] = ()  # suites whose prompts are all of these are skipped
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -221,6 +222,8 @@ def score_suites(opts: Options, loaded: Loaded | None = None):
     table = []
     for spec in opts.suites:
         suite = suites_lib.load(spec, world_n=opts.world_n, seed=opts.seed)
+        if {ex.domain for ex in suite.examples} <= set(opts.skip_domains):
+            continue
         examples = suite.examples[: opts.limit or None]
         if opts.completions_from == "model":
             runs = [(m, opts.n, *_sample(opts, examples, m, loaded)) for m in opts.modes]
@@ -238,6 +241,32 @@ def score_suites(opts: Options, loaded: Loaded | None = None):
         if suite.skipped:
             print(f"{suite.name}: {suite.skipped} left out ({suite.note})")
     return metrics, table
+
+
+def stage_cells(cfg, tok, template, mesh, rules, params, skip_domains=()) -> dict[str, float]:
+    """`config.eval.suites` scored greedily with the `config.eval` settings (stage evals).
+
+    `num_per_domain` prompts per suite; suites whose prompts all belong to
+    `skip_domains` are left out (the forgetting guard skips the trained domains).
+    """
+    e = cfg.eval
+    opts = Options(
+        suites=e.suites,
+        modes=e.modes,
+        temperature=0.0,
+        max_new_tokens=e.max_new_tokens,
+        thinking_budget=e.thinking_budget,
+        batch_size=e.batch_size,
+        limit=e.num_per_domain,
+        world_n=e.num_per_domain,
+        verifier_workers=cfg.rl.verifier_workers,
+        verifier_timeout_s=cfg.rl.verifier_timeout_s,
+        skip_domains=tuple(skip_domains),
+    )
+    if not opts.suites:
+        return {}
+    loaded = Loaded(params, cfg.model, mesh, rules, tok, template)
+    return score_suites(opts, loaded)[0]
 
 
 def run(opts: Options) -> dict[str, float]:

@@ -41,6 +41,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from etils import epath
+
 from nemocascade.data import records
 from nemocascade.rewards.ifeval import ifbench
 from nemocascade.tasks import base as tasks_base
@@ -206,6 +208,16 @@ def from_file(kind: str, path: str) -> Suite:
         raise SuiteError(f"{path}: no records")
     name = os.path.splitext(os.path.basename(path))[0] if kind == "jsonl" else kind
     return Suite(name, examples)
+
+
+def spec_error(spec: str) -> str | None:
+    """Why `spec` names no suite (checked without reading it), or None."""
+    kind, sep, path = spec.partition(":")
+    if not sep:
+        return None if spec in BUILTIN else f"{spec!r} is not a built-in suite ({BUILTIN})"
+    if kind not in FILE_KINDS:
+        return f"{spec!r}: file kind {kind!r}; valid: {', '.join(FILE_KINDS)}"
+    return None if epath.Path(path).exists() else f"{spec!r}: no such file {path}"
 
 
 def load(spec: str, *, world_n: int = 64, seed: int = 0) -> Suite:

@@ -1,5 +1,6 @@
 """`python -m nemocascade.evaluate`: suites, pass@k, reference completions, a model end to end."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -8,9 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from nemocascade import checkpointing, evaluate
+from configs import stage2_medium
+from nemocascade import checkpointing, config as config_lib, evaluate
+from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.evaluation import suites
 from nemocascade.rewards import base
+from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.tasks import base as tasks_base
 from tests.rollout import helpers
 
@@ -254,3 +258,30 @@ def test_model_end_to_end_both_modes(tmp_path):
         assert 0 < metrics[f"math/{mode}/mean_len"] <= 6
     with open(tmp_path / "sft" / "eval_matrix.json") as f:
         assert json.load(f)["metrics"] == metrics
+
+
+def test_eval_suites_config_and_stage_cells():
+    cd = stage2_medium.get_config("tiny")
+    cd.eval.suites = ("math", "nope")
+    with pytest.raises(config_lib.ConfigError, match=r"config\.eval\.suites: 'nope'"):
+        config_lib.from_config_dict(cd)
+    cd.eval.suites = ("gsm8k:/nonexistent.jsonl",)
+    with pytest.raises(config_lib.ConfigError, match="no such file"):
+        config_lib.from_config_dict(cd)
+    cd.eval.suites = ("math", "if")
+    cd.eval.num_per_domain = 2
+    cd.eval.max_new_tokens = 6
+    cd.eval.modes = ("instruct",)
+    cfg = config_lib.from_config_dict(cd)
+    cfg = dataclasses.replace(
+        cfg, model=helpers.TOY_MODEL_1K, rl=dataclasses.replace(cfg.rl, verifier_workers=0)
+    )
+    params = helpers.random_params(helpers.TOY_MODEL_1K, head_scale=5.0)
+    args = (cfg, tokenizer_lib.Tokenizer.load(), chat_template.DEFAULT)
+    mesh, rules = mesh_lib.make_mesh((1, -1, 1)), rules_lib.get_rules("decode")
+    cells = evaluate.stage_cells(*args, mesh, rules, params)
+    for suite in ("math", "if"):
+        assert 0 <= cells[f"{suite}/instruct/pass@1"] <= 1
+        assert 0 < cells[f"{suite}/instruct/mean_len"] <= 6
+    skipped = evaluate.stage_cells(*args, mesh, rules, params, skip_domains=("math",))
+    assert not any(k.startswith("math/") for k in skipped) and "if/instruct/pass@1" in skipped

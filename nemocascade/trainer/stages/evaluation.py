@@ -12,7 +12,7 @@ import os
 
 import jax
 
-from nemocascade import config as config_lib
+from nemocascade import config as config_lib, evaluate
 from nemocascade.evaluation import matrix
 from nemocascade.sharding import rules as rules_lib
 
@@ -70,6 +70,8 @@ def write_matrix(cfg: config_lib.Config, tok, template, rt, params) -> dict[str,
     if cfg.eval.num_per_domain <= 0:
         return {}
     metrics = matrix_cells(cfg, tok, template, rt, params, cfg.eval.domains)
+    rules = rules_lib.get_rules("decode")  # benchmark suites (config.eval.suites), same keys
+    metrics.update(evaluate.stage_cells(cfg, tok, template, rt.mesh, rules, params))
     if jax.process_index() == 0:
         matrix.write(os.path.join(rt.stage_dir, "eval_matrix.json"), cfg.stage, metrics)
     logging.info(

@@ -22,8 +22,9 @@ from typing import Any
 
 import jax
 
-from nemocascade import checkpointing, config as config_lib
+from nemocascade import checkpointing, config as config_lib, evaluate
 from nemocascade.evaluation import report
+from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer.stages import common, evaluation
 
 
@@ -60,14 +61,24 @@ class ForgettingGuard:
 
     @property
     def active(self) -> bool:
-        return bool(self._domains)
+        return bool(self._domains) or bool(self._cfg.eval.suites)
 
     def _cells(self, params) -> dict[str, float]:
         metrics = evaluation.matrix_cells(
             self._cfg, self._tok, self._template, self._rt, params, self._domains
         )
         keys = [report.headline_key(d, m) for d in self._domains for m in self._cfg.eval.modes]
-        return {k: metrics[k] for k in keys if k in metrics}
+        cells = {k: metrics[k] for k in keys if k in metrics}
+        suites = evaluate.stage_cells(  # benchmark suites of untrained domains
+            self._cfg,
+            self._tok,
+            self._template,
+            self._rt.mesh,
+            rules_lib.get_rules("decode"),
+            params,
+            skip_domains=self._cfg.rl.domains,
+        )
+        return {**cells, **{k: v for k, v in suites.items() if k.endswith("/pass@1")}}
 
     def start(self, state: Any, data_state: dict) -> None:
         """Baseline of the starting params (once per stage) and the first passing state."""
