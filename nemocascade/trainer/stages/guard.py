@@ -1,9 +1,10 @@
 """In-stage forgetting guard: the cells a stage does not train must not drop.
 
 With `eval.guard_tolerance > 0` an on-policy stage evaluates every domain ×
-mode outside its own `rl.domains` (the eval matrix's pass@1 / chat gold) on
-its starting params, and again at every `train.eval_every`. A cell more than
-the tolerance below its starting value is logged as a WARNING; with
+mode outside its own `rl.domains` (the eval matrix's pass@1 / chat gold, and
+the pass@1 of each `eval.suites` benchmark of other domains) on its starting
+params, and again at every `train.eval_every`. A cell more than the tolerance
+below its starting value is logged as a WARNING; with
 `eval.guard_stop` the stage stops there and finishes (own eval, eval matrix,
 export) with the params of the last eval that respected the guard, kept in
 `<stage>/checkpoints_guard`. The starting values are written to
