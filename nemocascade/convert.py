@@ -17,7 +17,6 @@ process reads only the tensor slices its devices hold.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -29,8 +28,9 @@ from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
+from absl import flags
 
-from nemocascade import checkpointing, config as config_lib, generate
+from nemocascade import checkpointing, cli, config as config_lib, generate
 from nemocascade.model import hf_convert, presets, transformer
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import state as state_lib
@@ -42,8 +42,7 @@ _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 _UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30})
 
 
-class UsageError(ValueError):
-    """A flag value is unusable; the message names the flag."""
+UsageError = cli.UsageError
 
 
 def parse_size(text: str) -> int:
@@ -179,29 +178,31 @@ def to_hf(
     return cfg, files
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m nemocascade.convert", description=__doc__.split("\n")[0]
-    )
-    p.add_argument("--from_hf", default=None, help="Hugging Face directory to import.")
-    p.add_argument("--to", default=None, help="Output directory of an import.")
-    p.add_argument("--from", dest="source", default=None, help="Workdir, stage dir or export.")
-    p.add_argument("--to_hf", default=None, help="Output Hugging Face directory of an export.")
-    p.add_argument("--stage", default=None, help="Stage of a --from workdir (default: last).")
-    p.add_argument("--preset", default=None, help="Model preset when no model_config.json.")
-    p.add_argument("--dtype", choices=presets.DTYPES, default=None, help="Compute dtype.")
-    p.add_argument("--param_dtype", choices=presets.DTYPES, default=None, help="Stored dtype.")
-    p.add_argument("--max_seq_len", type=int, default=None, help="Import: KV cache cap.")
-    p.add_argument("--no_scan_layers", action="store_true", help="Import: per-layer params.")
-    p.add_argument("--max_shard_size", default="5GB", help="Export: largest safetensors file.")
-    p.add_argument("--distributed", action="store_true", help="jax.distributed.initialize().")
-    p.add_argument("--coordinator_address", default=None, help="host:port of process 0.")
-    p.add_argument("--num_processes", type=int, default=None)
-    p.add_argument("--process_id", type=int, default=None)
-    return p.parse_args(argv)
+def define_flags(fv: flags.FlagValues) -> None:
+    on = {"flag_values": fv}
+    flags.DEFINE_string("from_hf", None, "Hugging Face directory to import.", **on)
+    flags.DEFINE_string("to", None, "Output directory of an import.", **on)
+    flags.DEFINE_string("from", None, "Workdir, stage dir or export.", **on)
+    flags.DEFINE_string("to_hf", None, "Output Hugging Face directory of an export.", **on)
+    flags.DEFINE_string("stage", None, "Stage of a --from workdir (default: last).", **on)
+    flags.DEFINE_string("preset", None, "Model preset when no model_config.json.", **on)
+    flags.DEFINE_enum("dtype", None, presets.DTYPES, "Compute dtype.", **on)
+    flags.DEFINE_enum("param_dtype", None, presets.DTYPES, "Stored dtype.", **on)
+    flags.DEFINE_integer("max_seq_len", None, "Import: KV cache cap.", **on)
+    flags.DEFINE_bool("no_scan_layers", False, "Import: per-layer params.", **on)
+    flags.DEFINE_string("max_shard_size", "5GB", "Export: largest safetensors file.", **on)
+    flags.DEFINE_bool("distributed", False, "jax.distributed.initialize().", **on)
+    flags.DEFINE_string("coordinator_address", None, "host:port of process 0.", **on)
+    flags.DEFINE_integer("num_processes", None, "Processes of a multi-host conversion.", **on)
+    flags.DEFINE_integer("process_id", None, "This process's index.", **on)
 
 
-def _initialize_distributed(args: argparse.Namespace) -> None:
+def parse_args(argv: Sequence[str] | None):
+    """Flags (absl; `--flagfile` works) → a namespace for `run` (`--from` is `source`)."""
+    return cli.parse("convert", define_flags, argv)
+
+
+def _initialize_distributed(args) -> None:
     if args.coordinator_address is not None:
         if os.environ.get("JAX_PLATFORMS", "cpu") == "cpu":
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -214,7 +215,7 @@ def _initialize_distributed(args: argparse.Namespace) -> None:
         jax.distributed.initialize()
 
 
-def run(args: argparse.Namespace) -> str:
+def run(args) -> str:
     """Everything `main` does, importable; returns a one-line summary."""
     importing = args.from_hf is not None or args.to is not None
     exporting = args.source is not None or args.to_hf is not None
@@ -253,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from nemocascade import errors
 
     argv, verbose = errors.split_verbose(argv)
-    args = parse_args(argv)
+    args = cli.exit_on_usage_error("convert", parse_args, argv)
     source = f"--from_hf={args.from_hf}" if args.from_hf else f"--from={args.source}"
     try:
         with errors.one_line("convert", verbose=verbose, context=source):

@@ -17,7 +17,6 @@ defaults follow the paper's evaluation (temperature 0.6, top-p 0.95, top-k
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -27,8 +26,9 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import orbax.checkpoint as ocp
+from absl import flags
 
-from nemocascade import checkpointing, config as config_lib
+from nemocascade import checkpointing, cli, config as config_lib
 from nemocascade.data import chat_template, jinja_template, text
 from nemocascade.model import presets, transformer
 from nemocascade.rollout import modes as modes_lib, sampler, sampling
@@ -39,8 +39,7 @@ from nemocascade.trainer import state as state_lib
 _NOT_POLICY = ("rm",)
 
 
-class UsageError(ValueError):
-    """A flag value is unusable; the message names the flag."""
+UsageError = cli.UsageError
 
 
 def resolve_stage(workdir: str, stage: str | None) -> str:
@@ -203,41 +202,46 @@ def complete(
     return out
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m nemocascade.generate", description=__doc__.split("\n")[0]
+def define_flags(fv: flags.FlagValues) -> None:
+    on = {"flag_values": fv}
+    flags.DEFINE_string("workdir", None, "Run directory holding <stage>/export.", **on)
+    flags.DEFINE_string("stage", None, "Stage to load (default: last finished).", **on)
+    flags.DEFINE_string("preset", None, "Model preset (default: from the checkpoint).", **on)
+    flags.DEFINE_enum("mode", "thinking", modes_lib.NAMES, "Decoding mode.", **on)
+    flags.DEFINE_string(
+        "tokenizer", "", "'builtin' or a tokenizer.json dir (default: the stage's).", **on
     )
-    p.add_argument("--workdir", required=True, help="Run directory holding <stage>/export.")
-    p.add_argument("--stage", default=None, help="Stage to load (default: last finished).")
-    p.add_argument("--preset", default=None, help="Model preset (default: from the checkpoint).")
-    p.add_argument("--mode", choices=modes_lib.NAMES, default="thinking")
-    p.add_argument(
-        "--tokenizer", default="", help="'builtin' or a tokenizer.json dir (default: the stage's)."
+    flags.DEFINE_string(
+        "chat_template", "", "'builtin' or a .jinja file (default: the model's).", **on
     )
-    p.add_argument(
-        "--chat_template", default="", help="'builtin' or a .jinja file (default: the model's)."
+    flags.DEFINE_enum(
+        "mode_switch",
+        "enable_thinking",
+        jinja_template.MODE_SWITCHES,
+        "How a Jinja template learns the mode.",
+        **on,
     )
-    p.add_argument("--mode_switch", choices=jinja_template.MODE_SWITCHES, default="enable_thinking")
-    p.add_argument("--template_style", choices=chat_template.STYLES, default="c1")
-    p.add_argument("--prompt", default=None, help="One prompt; the completion goes to stdout.")
-    p.add_argument("--input", default=None, help="JSONL of {'prompt'|'messages': ...}.")
-    p.add_argument("--output", default=None, help="JSONL written with completions.")
-    p.add_argument("--temperature", type=float, default=0.6, help="0 = greedy.")
-    p.add_argument("--top_p", type=float, default=0.95)
-    p.add_argument("--top_k", type=int, default=20, help="0 = no top-k truncation.")
-    p.add_argument("--max_new_tokens", type=int, default=256)
-    p.add_argument(
-        "--thinking_budget",
-        type=int,
-        default=None,
-        help="Thinking tokens before </think> is forced.",
+    flags.DEFINE_enum("template_style", "c1", chat_template.STYLES, "Built-in layout.", **on)
+    flags.DEFINE_string("prompt", None, "One prompt; the completion goes to stdout.", **on)
+    flags.DEFINE_string("input", None, "JSONL of {'prompt'|'messages': ...}.", **on)
+    flags.DEFINE_string("output", None, "JSONL written with completions.", **on)
+    flags.DEFINE_float("temperature", 0.6, "0 = greedy.", **on)
+    flags.DEFINE_float("top_p", 0.95, "Nucleus sampling mass.", **on)
+    flags.DEFINE_integer("top_k", 20, "0 = no top-k truncation.", **on)
+    flags.DEFINE_integer("max_new_tokens", 256, "Generated tokens per prompt.", **on)
+    flags.DEFINE_integer(
+        "thinking_budget", None, "Thinking tokens before </think> is forced.", **on
     )
-    p.add_argument("--batch_size", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    flags.DEFINE_integer("batch_size", 64, "Prompts per sampler call.", **on)
+    flags.DEFINE_integer("seed", 0, "Sampling seed.", **on)
 
 
-def run(args: argparse.Namespace) -> list[dict]:
+def parse_args(argv: Sequence[str] | None):
+    """Flags (absl; `--flagfile` works) → a namespace for `run`."""
+    return cli.parse("generate", define_flags, argv, required=("workdir",))
+
+
+def run(args) -> list[dict]:
     """Everything `main` does, importable; returns the output records."""
     if (args.prompt is None) == (args.input is None):
         raise UsageError("pass exactly one of --prompt and --input")
@@ -294,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from nemocascade import errors
 
     argv, verbose = errors.split_verbose(argv)
-    args = parse_args(argv)
+    args = cli.exit_on_usage_error("generate", parse_args, argv)
     try:
         with errors.one_line("generate", verbose=verbose, context=f"--workdir={args.workdir}"):
             out = run(args)

@@ -122,3 +122,20 @@ def test_preset_shapes_resolve_to_the_preset(tmp_path):
     tiny = presets.get_preset("tiny")
     checkpointing.export_params(str(tmp_path / "sft"), helpers.random_params(tiny))
     assert generate.infer_model_config(str(tmp_path / "sft" / "export")) == tiny
+
+
+def test_flagfile_and_one_line_flag_errors(workdir, tmp_path, capsys):
+    root, _ = workdir
+    flagfile = tmp_path / "gen.flags"
+    flagfile.write_text(f"--workdir={root}\n--mode=instruct\n--temperature=0\n--prompt=Hi\n")
+    args = generate.parse_args([f"--flagfile={flagfile}", "--max_new_tokens=4"])
+    assert (args.workdir, args.mode, args.temperature, args.max_new_tokens) == (
+        root,
+        "instruct",
+        0.0,
+        4,
+    )
+    with pytest.raises(SystemExit, match=r"generate: .*--mode"):
+        generate.main([f"--workdir={root}", "--mode=fast", "--prompt=hi"])
+    with pytest.raises(SystemExit, match=r"generate: --workdir is required"):
+        generate.main(["--prompt=hi"])
