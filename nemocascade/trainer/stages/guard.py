@@ -65,8 +65,12 @@ class ForgettingGuard:
         return bool(self._domains) or bool(self._cfg.eval.suites)
 
     def _cells(self, params) -> dict[str, float]:
-        metrics = evaluation.matrix_cells(
-            self._cfg, self._tok, self._template, self._rt, params, self._domains
+        metrics = (
+            evaluation.matrix_cells(
+                self._cfg, self._tok, self._template, self._rt, params, self._domains
+            )
+            if self._domains
+            else {}
         )
         keys = [report.headline_key(d, m) for d in self._domains for m in self._cfg.eval.modes]
         cells = {k: metrics[k] for k in keys if k in metrics}
