@@ -38,22 +38,37 @@ def forgetting(workdir: str, stages: Sequence[str], tolerance: float) -> list[st
     table = collect(workdir, stages)
     done = [s for s in stages if s in table]
     flags = []
-    for d in DOMAINS:
-        for m in MODES:
-            key = headline_key(d, m)
-            best, best_stage = None, None
-            for s in done:
-                v = table[s].get(key)
-                if v is None:
-                    continue
-                if best is not None and v < best - tolerance:
-                    flags.append(
-                        f"{key} dropped from {best:.3f} (after {best_stage}) to {v:.3f} "
-                        f"after {s} (tolerance {tolerance:.3f})"
-                    )
-                if best is None or v > best:
-                    best, best_stage = v, s
+    keys = [headline_key(d, m) for d in DOMAINS for m in MODES] + benchmark_keys(table)
+    for key in keys:  # domain cells and benchmark-suite cells
+        best, best_stage = None, None
+        for s in done:
+            v = table[s].get(key)
+            if v is None:
+                continue
+            if best is not None and v < best - tolerance:
+                flags.append(
+                    f"{key} dropped from {best:.3f} (after {best_stage}) to {v:.3f} "
+                    f"after {s} (tolerance {tolerance:.3f})"
+                )
+            if best is None or v > best:
+                best, best_stage = v, s
     return flags
+
+
+def benchmark_keys(table: dict[str, dict[str, float]]) -> list[str]:
+    """`<suite>/<mode>/pass@1` keys of benchmark suites (`eval.suites`), sorted."""
+    keys = {k for metrics in table.values() for k in metrics}
+    return sorted(k for k in keys if k.endswith("/pass@1") and k.split("/")[0] not in DOMAINS)
+
+
+def _benchmarks(table: dict[str, dict[str, float]], done: list[str]) -> list[str]:
+    keys = benchmark_keys(table)
+    lines = ["| stage | " + " | ".join(k.removesuffix("/pass@1") for k in keys) + " |"]
+    lines.append("|---" * (len(keys) + 1) + "|")
+    for s in done:
+        cells = [f"{100 * table[s][k]:.1f}" if k in table[s] else "–" for k in keys]
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _table(table: dict[str, dict[str, float]], done: list[str]) -> list[str]:
@@ -147,6 +162,9 @@ def write(workdir: str, stages: Sequence[str], tolerance: float = 0.03) -> str:
     lines += _table(table, done) if done else ["(no stage has finished yet)"]
     lines += ["", "Mean response length (tokens):", ""]
     lines += _lengths(table, done) if done else []
+    if done and benchmark_keys(table):
+        lines += ["", "Benchmark suites (`eval.suites`), pass@1 in percent:", ""]
+        lines += _benchmarks(table, done)
     note = sandbox.WEAK_BACKEND_NOTE
     weak = [s for s in stages if os.path.exists(os.path.join(workdir, s, note))]
     if weak:
