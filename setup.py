@@ -53,6 +53,12 @@ setuptools.setup(
             "transformers>=4.51",
             "nbmake>=1.5",  # brings nbclient, nbformat, ipykernel (tests/test_notebook.py)
             "lm-eval>=0.4.13",  # the IFEval reference (tests/rewards/test_ifeval.py)
+            "openai>=1.0",  # the client the server is tested with (tests/serve/)
+            "starlette>=0.37",
+            "uvicorn>=0.29",
+            "httpx>=0.27",
         ],
+        # python -m nemocascade.serve: the OpenAI-compatible server
+        "serve": ["starlette>=0.37", "uvicorn>=0.29", "httpx>=0.27"],
     },
 )

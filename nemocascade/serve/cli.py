@@ -1,0 +1,120 @@
+"""Flags, model loading and the uvicorn server behind `python -m nemocascade.serve`.
+
+    python -m nemocascade.serve --workdir=/tmp/nc [--stage=stage2_medium] [--port=8000]
+    python -m nemocascade.serve --workdir=/ckpt/qwen3_8b      # a converted checkpoint
+
+Loads params, tokenizer and chat template as `generate` does (the stage that
+finished last unless `--stage`; a directory holding `export/` is served
+itself), then serves them on `--host:--port` until interrupted. Thinking
+budgets per `reasoning_effort` come from `--budget_low/medium/high`
+(-1 = unlimited); requests without an effort use `--default_effort`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from nemocascade import config as config_lib, generate
+from nemocascade.data import chat_template, jinja_template, text
+from nemocascade.serve import app as app_lib, engine as engine_lib, protocol
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m nemocascade.serve", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--workdir", required=True, help="Run directory, or a converted checkpoint.")
+    p.add_argument("--stage", default=None, help="Stage to serve (default: last finished).")
+    p.add_argument("--preset", default=None, help="Model preset (default: from the checkpoint).")
+    p.add_argument("--served_model_name", default="", help="`model` id (default: the stage name).")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--tokenizer", default="", help="'builtin' or a tokenizer.json dir.")
+    p.add_argument("--chat_template", default="", help="'builtin' or a .jinja file.")
+    p.add_argument("--mode_switch", choices=jinja_template.MODE_SWITCHES, default="enable_thinking")
+    p.add_argument("--template_style", choices=chat_template.STYLES, default="c1")
+    p.add_argument("--budget_low", type=int, default=64, help="Thinking tokens at effort low.")
+    p.add_argument("--budget_medium", type=int, default=256)
+    p.add_argument("--budget_high", type=int, default=-1, help="-1 = unlimited.")
+    p.add_argument("--default_effort", choices=protocol.EFFORTS, default="high")
+    p.add_argument("--temperature", type=float, default=0.6, help="Default; 0 = greedy.")
+    p.add_argument("--top_p", type=float, default=0.95)
+    p.add_argument("--top_k", type=int, default=20, help="0 = no top-k truncation.")
+    p.add_argument("--max_tokens", type=int, default=256, help="Default completion length.")
+    p.add_argument("--max_batch", type=int, default=64, help="Rows per sampler call.")
+    p.add_argument("--max_queue", type=int, default=256, help="Admitted requests; more get 503.")
+    p.add_argument("--batch_wait_ms", type=float, default=5.0, help="Wait to fill a batch.")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def _budget(name: str, value: int) -> int | None:
+    if value < -1:
+        raise generate.UsageError(f"--{name} must be >= 0 or -1 (unlimited), got {value}")
+    return None if value == -1 else value
+
+
+def load(args: argparse.Namespace) -> tuple[app_lib.Model, engine_lib.Engine]:
+    """The served model and its engine, from the flags."""
+    budgets = {
+        e: _budget(f"budget_{e}", getattr(args, f"budget_{e}")) for e in ("low", "medium", "high")
+    }
+    if args.max_tokens <= 0:
+        raise generate.UsageError(f"--max_tokens must be > 0, got {args.max_tokens}")
+    generate.method_from(args.temperature, args.top_p, args.top_k)  # checks the defaults
+    params, cfg, mesh, rules, stage_dir = generate.load(args.workdir, args.stage, args.preset)
+    try:
+        tok, source = text.load_tokenizer(args.tokenizer, stage_dir)
+        template = text.load_template(
+            args.chat_template,
+            source,
+            tok=tok,
+            style=args.template_style,
+            mode_switch=args.mode_switch,
+        )
+        text.check_model(tok, template, cfg, ("instruct", "thinking"))
+    except config_lib.ConfigError as e:
+        raise generate.UsageError(str(e).replace("config.data.", "--")) from None
+    model = app_lib.Model(
+        name=args.served_model_name or os.path.basename(stage_dir.rstrip("/")),
+        tok=tok,
+        template=template,
+        max_seq_len=cfg.max_seq_len,
+        budgets=budgets,
+        defaults={
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "effort": args.default_effort,
+            "max_tokens": args.max_tokens,
+        },
+    )
+    engine = engine_lib.Engine(
+        engine_lib.sampler_fn(params, cfg, tok.pad_id, mesh, rules),
+        cfg.max_seq_len,
+        max_batch=args.max_batch,
+        max_queue=args.max_queue,
+        batch_wait_s=args.batch_wait_ms / 1000,
+        seed=args.seed,
+    )
+    return model, engine
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import uvicorn
+
+    args = parse_args(argv)
+    try:
+        model, engine = load(args)
+    except generate.UsageError as e:
+        sys.exit(f"serve: {e}")
+    print(f"serving {model.name!r} on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    try:
+        uvicorn.run(
+            app_lib.build_app(model, engine), host=args.host, port=args.port, log_level="warning"
+        )
+    finally:
+        engine.close()

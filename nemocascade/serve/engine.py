@@ -1,0 +1,249 @@
+"""A request queue that batches concurrent requests into one sampler call per batch.
+
+One worker thread owns the model. It takes the first waiting job, keeps
+collecting jobs for `batch_wait_s` (or until `max_batch` rows), and runs one
+`sampler.generate` call per group of compatible jobs:
+
+* greedy jobs share one call whatever their seed (the argmax needs no RNG);
+* sampled jobs without a seed share one call per sampling method (the
+  method is static in the sampler's compiled decode), with an RNG drawn from
+  the engine's counter;
+* a sampled job with a seed runs alone, its `n` rows in one call with
+  `jax.random.key(seed)`, so the same request always gets the same tokens
+  (the sampler draws one noise array for the whole batch, so a row's sample
+  would otherwise depend on its neighbours).
+
+Rows of one call may ask for different `max_tokens`: the call decodes for
+the largest (rounded up to a power of two so compiles stay bounded) and each
+row is cut at its own; tokens do not depend on the call's length. Instruct
+and thinking rows share a call (per-row thinking budgets, `modes.sampler_kwargs`).
+
+Admission is counted in slots: `acquire` fails with `QueueFull` once
+`max_queue` requests are admitted and unfinished; the HTTP layer releases a
+slot when its response ends or its client goes away. A job cancelled before
+its batch starts is skipped (`stats["skipped"]`); one already in a sampler
+call finishes there and its result is dropped.
+
+Not continuous batching: a batch runs to completion before the next starts,
+and tokens become available when its call returns.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+from nemocascade.rollout import modes as modes_lib, sampler, sampling
+
+MIN_TOKENS_BUCKET = 16
+
+
+class QueueFull(RuntimeError):
+    """`max_queue` requests are already admitted."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One request's sampling work: `n` rows of the same prompt.
+
+    Attributes:
+      prompt_ids: the rendered prompt.
+      mode: decoding mode (stop ids, thinking budget, parser).
+      method: `sampling.Greedy()` or `sampling.Sample(...)`.
+      max_tokens: completion tokens allowed per row.
+      n: rows (choices) to sample.
+      seed: fixes the RNG of a sampled job; ignored by greedy jobs.
+    """
+
+    prompt_ids: tuple[int, ...]
+    mode: modes_lib.Mode
+    method: sampling.Method
+    max_tokens: int
+    n: int = 1
+    seed: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One row's result: generated ids (stop token included) and whether no stop came."""
+
+    token_ids: list[int]
+    truncated: bool
+
+
+# (prompts, modes, method, max_new_tokens, rng) -> sampler.Rollout
+SampleFn = Callable[..., sampler.Rollout]
+
+
+def sampler_fn(params, model_cfg, pad_id: int, mesh=None, rules=None) -> SampleFn:
+    """The sampler call of a loaded model (`generate.load`)."""
+
+    def sample(prompts, modes, method, max_new_tokens, rng) -> sampler.Rollout:
+        return sampler.generate(
+            params,
+            model_cfg,
+            prompts,
+            method=method,
+            max_new_tokens=max_new_tokens,
+            rng=rng,
+            pad_id=pad_id,
+            mesh=mesh,
+            rules=rules,
+            **modes_lib.sampler_kwargs(modes),
+        )
+
+    return sample
+
+
+def tokens_bucket(max_tokens: int, room: int) -> int:
+    """Decode length of a call: a power of two >= max_tokens, at most `room`."""
+    return min(max(MIN_TOKENS_BUCKET, 1 << max(max_tokens - 1, 0).bit_length()), room)
+
+
+def group_key(job: Job, index: int) -> tuple:
+    """Jobs with equal keys share a sampler call (see the module docstring)."""
+    if isinstance(job.method, sampling.Greedy):
+        return (job.method,)
+    if job.seed is not None:
+        return (job.method, "seed", index)
+    return (job.method,)
+
+
+@dataclasses.dataclass
+class _Pending:
+    job: Job
+    future: concurrent.futures.Future
+
+
+class Engine:
+    """Batches submitted jobs into sampler calls on one worker thread."""
+
+    def __init__(
+        self,
+        sample: SampleFn,
+        max_seq_len: int,
+        *,
+        max_batch: int = 64,
+        max_queue: int = 256,
+        batch_wait_s: float = 0.005,
+        seed: int = 0,
+    ):
+        if max_batch <= 0 or max_queue <= 0 or batch_wait_s < 0:
+            raise ValueError(
+                f"max_batch={max_batch} and max_queue={max_queue} must be > 0, "
+                f"batch_wait_s={batch_wait_s} >= 0"
+            )
+        self._sample, self.max_seq_len = sample, max_seq_len
+        self.max_batch, self.max_queue, self.batch_wait_s = max_batch, max_queue, batch_wait_s
+        self._key = jax.random.key(seed)
+        self._calls = 0
+        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self.active = 0  # admitted, unreleased requests
+        self.stats = {"calls": 0, "rows": 0, "jobs": 0, "skipped": 0, "tokens": 0}
+        self._thread = threading.Thread(target=self._loop, name="serve-engine", daemon=True)
+        self._thread.start()
+
+    # Admission -------------------------------------------------------------
+    def acquire(self) -> None:
+        with self._lock:
+            if self.active >= self.max_queue:
+                raise QueueFull(f"{self.active} requests in flight (max_queue={self.max_queue})")
+            self.active += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+    # Work ------------------------------------------------------------------
+    def submit(self, job: Job) -> concurrent.futures.Future:
+        """A future of `job.n` `Output`s; cancel it to drop a job that has not started."""
+        if len(job.prompt_ids) + job.max_tokens > self.max_seq_len:
+            raise ValueError(
+                f"prompt ({len(job.prompt_ids)} tokens) + max_tokens ({job.max_tokens}) "
+                f"exceeds the context of {self.max_seq_len}"
+            )
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put(_Pending(job, future))
+        return future
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    def _collect(self, first: _Pending) -> list[_Pending]:
+        batch, rows = [first], first.job.n
+        deadline = time.monotonic() + self.batch_wait_s
+        while rows < self.max_batch:
+            try:
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is None:  # close(): finish this batch, then stop
+                self._queue.put(None)
+                break
+            batch.append(item)
+            rows += item.job.n
+        return batch
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            live = []
+            for p in self._collect(first):
+                if p.future.set_running_or_notify_cancel():
+                    live.append(p)
+                else:
+                    self.stats["skipped"] += 1
+            groups: dict[tuple, list[_Pending]] = {}
+            for i, p in enumerate(live):
+                groups.setdefault(group_key(p.job, i), []).append(p)
+            for group in groups.values():
+                try:
+                    outputs = self._run(group)
+                except Exception as e:  # a failed call fails its requests, not the server
+                    logging.exception("sampler call failed")
+                    for p in group:
+                        p.future.set_exception(e)
+                    continue
+                for p, out in zip(group, outputs, strict=True):
+                    p.future.set_result(out)
+
+    def _run(self, group: Sequence[_Pending]) -> list[list[Output]]:
+        jobs = [p.job for p in group]
+        prompts = [list(j.prompt_ids) for j in jobs for _ in range(j.n)]
+        modes = [j.mode for j in jobs for _ in range(j.n)]
+        limits = [j.max_tokens for j in jobs for _ in range(j.n)]
+        room = self.max_seq_len - max(len(q) for q in prompts)
+        length = tokens_bucket(max(limits), room)
+        first = jobs[0]
+        if isinstance(first.method, sampling.Sample) and first.seed is not None:
+            rng = jax.random.key(first.seed)
+        else:
+            rng = jax.random.fold_in(self._key, self._calls)
+        self._calls += 1
+        rollout = self._sample(prompts, modes, first.method, length, rng)
+        rows = []
+        for i, limit in enumerate(limits):
+            n = int(rollout.lengths[i])
+            ids = [int(t) for t in np.asarray(rollout.completion_tokens[i, : min(n, limit)])]
+            rows.append(Output(ids, bool(rollout.truncated[i]) or n > limit))
+        self.stats["calls"] += 1
+        self.stats["rows"] += len(rows)
+        self.stats["jobs"] += len(jobs)
+        self.stats["tokens"] += sum(len(r.token_ids) for r in rows)
+        out, start = [], 0
+        for j in jobs:
+            out.append(rows[start : start + j.n])
+            start += j.n
+        return out
