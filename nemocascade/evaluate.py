@@ -305,26 +305,28 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
-flags.DEFINE_string("workdir", "", "Run dir (stage exports) or a converted checkpoint dir.")
-flags.DEFINE_string("stage", "", "Stage to load (default: the policy stage finished last).")
-flags.DEFINE_string("preset", "", "Model preset (default: from the checkpoint).")
-flags.DEFINE_multi_string("suite", [], "Built-in name or KIND:PATH (repeatable).")
-flags.DEFINE_list("modes", ["thinking", "instruct"], "Decoding modes.")
-flags.DEFINE_integer("n", 1, "Samples per prompt.")
-flags.DEFINE_list("k", ["1"], "pass@k values reported (k <= n).")
-flags.DEFINE_float("temperature", 0.6, "0 = greedy.")
-flags.DEFINE_float("top_p", 0.95, "Nucleus sampling.")
-flags.DEFINE_integer("top_k", 20, "0 = no top-k.")
-flags.DEFINE_integer("max_new_tokens", 1024, "Generated tokens per sample.")
-flags.DEFINE_integer("thinking_budget", None, "Thinking tokens before </think> is forced.")
-flags.DEFINE_integer("batch_size", 64, "Rows per sampler call.")
-flags.DEFINE_integer("limit", 0, "Prompts per suite (0 = all).")
-flags.DEFINE_integer("world_n", 64, "Task-world suites: eval prompts per domain.")
-flags.DEFINE_enum("completions_from", "model", SOURCES, "Sample, or score reference answers.")
-flags.DEFINE_string("output", "", "eval_matrix.json path (default: the stage's).")
-flags.DEFINE_integer("verifier_workers", 2, "Verifier pool processes.")
-flags.DEFINE_float("verifier_timeout_s", 30.0, "Per-sample verifier timeout.")
-flags.DEFINE_integer("seed", 0, "Sampling seed.")
+def define_flags() -> None:
+    """The CLI's flags, defined only when run as a program (importing defines none)."""
+    flags.DEFINE_string("workdir", "", "Run dir (stage exports) or a converted checkpoint dir.")
+    flags.DEFINE_string("stage", "", "Stage to load (default: the policy stage finished last).")
+    flags.DEFINE_string("preset", "", "Model preset (default: from the checkpoint).")
+    flags.DEFINE_multi_string("suite", [], "Built-in name or KIND:PATH (repeatable).")
+    flags.DEFINE_list("modes", ["thinking", "instruct"], "Decoding modes.")
+    flags.DEFINE_integer("n", 1, "Samples per prompt.")
+    flags.DEFINE_list("k", ["1"], "pass@k values reported (k <= n).")
+    flags.DEFINE_float("temperature", 0.6, "0 = greedy.")
+    flags.DEFINE_float("top_p", 0.95, "Nucleus sampling.")
+    flags.DEFINE_integer("top_k", 20, "0 = no top-k.")
+    flags.DEFINE_integer("max_new_tokens", 1024, "Generated tokens per sample.")
+    flags.DEFINE_integer("thinking_budget", None, "Thinking tokens before </think> is forced.")
+    flags.DEFINE_integer("batch_size", 64, "Rows per sampler call.")
+    flags.DEFINE_integer("limit", 0, "Prompts per suite (0 = all).")
+    flags.DEFINE_integer("world_n", 64, "Task-world suites: eval prompts per domain.")
+    flags.DEFINE_enum("completions_from", "model", SOURCES, "Sample, or score reference answers.")
+    flags.DEFINE_string("output", "", "eval_matrix.json path (default: the stage's).")
+    flags.DEFINE_integer("verifier_workers", 2, "Verifier pool processes.")
+    flags.DEFINE_float("verifier_timeout_s", 30.0, "Per-sample verifier timeout.")
+    flags.DEFINE_integer("seed", 0, "Sampling seed.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -361,4 +363,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
