@@ -56,6 +56,28 @@ BUILTIN = ("humaneval", "ifbench", "math", "code", "if")
 FILE_KINDS = ("gsm8k", "math500", "aime", "ifeval", "livecodebench", "jsonl")
 
 
+# The domain of each suite name that always means one domain (files of kind `jsonl` are
+# named after the file and left out).
+DOMAIN_OF = {
+    "humaneval": "code",
+    "livecodebench": "code",
+    "ifbench": "if",
+    "ifeval": "if",
+    "gsm8k": "math",
+    "math500": "math",
+    "aime": "math",
+}
+
+
+def domain_keys(metrics, domain: str, mode: str) -> list[str]:
+    """`<suite>/<mode>/pass@1` keys in `metrics` of benchmark suites of `domain`."""
+    return sorted(
+        f"{name}/{mode}/pass@1"
+        for name, d in DOMAIN_OF.items()
+        if d == domain and f"{name}/{mode}/pass@1" in metrics
+    )
+
+
 class SuiteError(ValueError):
     """A suite name, file or record is unusable; the message names it."""
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nemocascade import checkpointing, config as config_lib
-from nemocascade.evaluation import report
+from nemocascade.evaluation import report, suites as suites_lib
 from nemocascade.trainer import dispatch
 
 ORDERS = {
@@ -75,17 +75,24 @@ def select_teachers(
     """{domain: stage} whose eval matrix has the best thinking-mode headline score.
 
     `matrices` is {stage: eval-matrix metrics} in chain order; the score is
-    `<domain>/thinking/pass@1` (`chat/thinking/gold` for chat), ties go to the
-    later stage (it has seen more of the chain). This is the paper's "strongest
-    validation checkpoint per benchmark category" (C2 §4.4) over the chain.
+    the mean thinking-mode pass@1 of the stage's benchmark suites of that
+    domain (`eval.suites`: HumanEval for code, GSM8K for math, ...) when it
+    has any, else `<domain>/thinking/pass@1` (`chat/thinking/gold` for chat);
+    ties go to the later stage (it has seen more of the chain). This is the
+    paper's "strongest validation checkpoint per benchmark category" (C2 §4.4)
+    over the chain.
     """
     out = {}
     for domain in domains:
         key = report.headline_key(domain, "thinking")
         best = None
         for stage, metrics in matrices.items():
-            if key in metrics and (best is None or metrics[key] >= best[1]):
-                best = (stage, metrics[key])
+            keys = suites_lib.domain_keys(metrics, domain, "thinking") or [key]
+            if keys[0] not in metrics:
+                continue
+            score = sum(metrics[k] for k in keys) / len(keys)
+            if best is None or score >= best[1]:
+                best = (stage, score)
         if best is None:
             raise config_lib.ConfigError(
                 f"config.rl.teachers: no earlier stage of the chain ({list(matrices)}) has "
