@@ -57,6 +57,7 @@ class TrainConfig:
     checkpoint_every: int = 100
     keep_checkpoints: int = 2
     logprob_impl: str = ""  # "" = pick by platform
+    profile_steps: tuple[int, ...] = ()  # "START,END": jax.profiler trace into <stage>/tb
     progress: bool = True
     # Persistent XLA compilation cache: "auto" = WORKDIR/jax_cache (shared by a
     # cascade's stages and by reruns), "" = off, else a directory.
@@ -284,6 +285,12 @@ def validate(cfg: Config) -> Config:
         t.num_microbatches > 0 and t.batch_size % t.num_microbatches == 0,
         f"config.train.num_microbatches={t.num_microbatches} must divide "
         f"config.train.batch_size={t.batch_size}",
+    )
+    _check(
+        not t.profile_steps
+        or (len(t.profile_steps) == 2 and 1 <= t.profile_steps[0] <= t.profile_steps[1]),
+        f"config.train.profile_steps={t.profile_steps}: expected START,END with "
+        "1 <= START <= END",
     )
     _check(
         t.log_every > 0 and t.eval_every > 0 and t.checkpoint_every > 0,

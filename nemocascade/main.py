@@ -118,6 +118,8 @@ def main(argv):
         cfg = config_lib.from_config_dict(_CONFIG.value)
     except config_lib.ConfigError as e:
         sys.exit(f"config error: {e}")
+    from nemocascade.trainer import preemption
+
     try:
         with errors.one_line("nemocascade.main"):
             _maybe_initialize_distributed()
@@ -127,6 +129,9 @@ def main(argv):
             dispatch.run(cfg, _WORKDIR.value)
     except config_lib.ConfigError as e:
         sys.exit(f"config error: {e}")
+    except preemption.Preempted as e:
+        logging.warning("%s", e)
+        sys.exit(preemption.EXIT_CODE)
 
 
 if __name__ == "__main__":

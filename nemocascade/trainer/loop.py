@@ -17,6 +17,7 @@ from typing import Any
 import jax
 
 from nemocascade import checkpointing, metrics as metrics_lib
+from nemocascade.trainer import preemption
 
 
 class NonFiniteError(FloatingPointError):
@@ -33,6 +34,8 @@ class LoopSpec:
     flops_per_token: float
     tokens_per_step: int  # tokens the step computes on (padding included)
     progress: bool = True
+    profile_steps: tuple[int, ...] = ()  # (start, end): jax.profiler trace of those steps
+    profile_dir: str = ""
 
 
 def run(
@@ -69,21 +72,34 @@ def run(
             rate["tok/s"] = f"{host['tokens_per_s']:.0f}"
         bar.update(1, loss=host.get("loss", float("nan")), **rate)
 
-    for step in range(start + 1, spec.total_steps + 1):
-        batch = next(batches)
-        state, m = step_fn(state, batch)
-        if pending is not None:
-            finish(*pending)
-        pending = (step, m)
-        if step % spec.checkpoint_every == 0 and step != spec.total_steps:
-            manager.save(step, state, data_state())
-            last_saved = step
-        if eval_fn is not None and step % spec.eval_every == 0 and step != spec.total_steps:
-            finish(*pending)
-            pending = None
-            ev = eval_fn(state, step)
-            writer.write(step, ev)
-            bar.write(f"[{spec.stage}] step {step}: " + _summary(ev))
+    watcher = preemption.Watcher()
+    profiler = preemption.Profiler(spec.profile_steps, spec.profile_dir)
+    try:
+        for step in range(start + 1, spec.total_steps + 1):
+            profiler.before(step)
+            batch = next(batches)
+            state, m = step_fn(state, batch)
+            profiler.after(step, m)
+            if pending is not None:
+                finish(*pending)
+            pending = (step, m)
+            if step % spec.checkpoint_every == 0 and step != spec.total_steps:
+                manager.save(step, state, data_state())
+                last_saved = step
+            if eval_fn is not None and step % spec.eval_every == 0 and step != spec.total_steps:
+                finish(*pending)
+                pending = None
+                ev = eval_fn(state, step)
+                writer.write(step, ev)
+                bar.write(f"[{spec.stage}] step {step}: " + _summary(ev))
+            if step != spec.total_steps and watcher.requested(step, manager):
+                if pending is not None:
+                    finish(*pending)
+                    pending = None
+                preemption.stop_here(spec.stage, step, state, data_state, manager)
+    finally:
+        watcher.close()
+        profiler.close()
     if pending is not None:
         finish(*pending)
     if spec.total_steps > last_saved:

@@ -28,7 +28,7 @@ from nemocascade import checkpointing, config as config_lib, metrics as metrics_
 from nemocascade.data import text
 from nemocascade.losses import distill
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import forward, optimizer, rl_batch, teachers as teachers_lib
+from nemocascade.trainer import forward, optimizer, preemption, rl_batch, teachers as teachers_lib
 from nemocascade.trainer.stages import common, evaluation, guard as guard_lib, onpolicy
 
 TRAIN_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask", "sampler_logprobs")
@@ -133,51 +133,58 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         guard.start(state, stream.get_state())
     bar = metrics_lib.Progress(cfg.train.steps, start, cfg.stage, cfg.train.progress)
     key = jax.random.key(cfg.train.seed)
-    for step in range(start + 1, cfg.train.steps + 1):
-        phase = onpolicy.phase_at(r, step)
-        t0 = time.perf_counter()
-        examples = stream.next_batch()
-        rollouts = onpolicy.sample_student(
-            cfg, rt, tok, template, state.params, examples, phase, jax.random.fold_in(key, step)
-        )
-        row_domains = [examples[i].domain for i in rollouts.example_index]
-        t1 = time.perf_counter()
-        batch = {k: rollouts.batch[k] for k in TRAIN_KEYS}
-        if r.overlong == "filter":
-            batch["loss_mask"] = batch["loss_mask"] * (~rollouts.truncated)[:, None]
-        if jax.process_count() == 1:
-            batch = rl_batch.trim_columns(batch, 32)
-        teacher_bt = teachers.logprobs(batch, row_domains, phase.temperature)
-        t2 = time.perf_counter()
-        batch["teacher_logprobs"] = teacher_bt
-        valid = np.asarray(batch["loss_mask"]) > 0
-        onpolicy.check_finite_inputs(cfg, rt, step, teacher_logprobs=np.asarray(teacher_bt)[valid])
-        placed = rules_lib.put_batch(batch, rt.mesh, rt.rules)
-        state, m = step_fn(phase.temperature)(state, placed, key)
-        host = metrics_lib.to_python(m)
-        t3 = time.perf_counter()
-        onpolicy.check_finite(cfg, rt, host, step)
-        lengths = rollouts.lengths
-        host.update(
-            domain_gaps(teacher_bt, batch["sampler_logprobs"], batch["loss_mask"], row_domains)
-        )
-        host.update(
-            lr=float(lr_at(step - 1)),
-            response_len_mean=float(lengths.mean()),
-            response_len_max=float(lengths.max()),
-            truncation_rate=float(rollouts.truncated.mean()),
-            max_new_tokens=phase.max_new_tokens,
-            temperature=phase.temperature,
-            rollout_s=t1 - t0,
-            teacher_s=t2 - t1,
-            train_s=t3 - t2,
-            rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
-        )
-        bar.update(1, adv=host["advantage_mean"], len=host["response_len_mean"])
-        onpolicy.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
-        if guard is not None and onpolicy.guard_stops(cfg, guard, step, state, stream):
-            state = guard.restore_last_passing(step)
-            break
+    services = preemption.StepServices(cfg.stage, cfg.train.profile_steps, f"{rt.stage_dir}/tb")
+    with services:
+        for step in range(start + 1, cfg.train.steps + 1):
+            services.before(step)
+            phase = onpolicy.phase_at(r, step)
+            t0 = time.perf_counter()
+            examples = stream.next_batch()
+            rollouts = onpolicy.sample_student(
+                cfg, rt, tok, template, state.params, examples, phase, jax.random.fold_in(key, step)
+            )
+            row_domains = [examples[i].domain for i in rollouts.example_index]
+            t1 = time.perf_counter()
+            batch = {k: rollouts.batch[k] for k in TRAIN_KEYS}
+            if r.overlong == "filter":
+                batch["loss_mask"] = batch["loss_mask"] * (~rollouts.truncated)[:, None]
+            if jax.process_count() == 1:
+                batch = rl_batch.trim_columns(batch, 32)
+            teacher_bt = teachers.logprobs(batch, row_domains, phase.temperature)
+            t2 = time.perf_counter()
+            batch["teacher_logprobs"] = teacher_bt
+            valid = np.asarray(batch["loss_mask"]) > 0
+            onpolicy.check_finite_inputs(
+                cfg, rt, step, teacher_logprobs=np.asarray(teacher_bt)[valid]
+            )
+            placed = rules_lib.put_batch(batch, rt.mesh, rt.rules)
+            state, m = step_fn(phase.temperature)(state, placed, key)
+            services.after(step, m)
+            host = metrics_lib.to_python(m)
+            t3 = time.perf_counter()
+            onpolicy.check_finite(cfg, rt, host, step)
+            lengths = rollouts.lengths
+            host.update(
+                domain_gaps(teacher_bt, batch["sampler_logprobs"], batch["loss_mask"], row_domains)
+            )
+            host.update(
+                lr=float(lr_at(step - 1)),
+                response_len_mean=float(lengths.mean()),
+                response_len_max=float(lengths.max()),
+                truncation_rate=float(rollouts.truncated.mean()),
+                max_new_tokens=phase.max_new_tokens,
+                temperature=phase.temperature,
+                rollout_s=t1 - t0,
+                teacher_s=t2 - t1,
+                train_s=t3 - t2,
+                rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
+            )
+            bar.update(1, adv=host["advantage_mean"], len=host["response_len_mean"])
+            onpolicy.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
+            services.check(step, cfg.train.steps, state, stream.get_state, rt.manager)
+            if guard is not None and onpolicy.guard_stops(cfg, guard, step, state, stream):
+                state = guard.restore_last_passing(step)
+                break
     bar.close()
     final = onpolicy.finish(cfg, rt, tok, template, state, stream.get_state(), own_eval)
     if guard is not None:

@@ -21,7 +21,7 @@ from nemocascade import checkpointing, config as config_lib, metrics as metrics_
 from nemocascade.data import text
 from nemocascade.losses import kl as kl_lib, policy
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import forward, rl_batch
+from nemocascade.trainer import forward, preemption, rl_batch
 from nemocascade.trainer.stages import common, evaluation, guard as guard_lib, onpolicy, rewarders
 
 
@@ -116,68 +116,77 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         guard.start(state, stream.get_state())
     bar = metrics_lib.Progress(cfg.train.steps, start, cfg.stage, cfg.train.progress)
     key = jax.random.key(cfg.train.seed)
-    for step in range(start + 1, cfg.train.steps + 1):
-        phase = onpolicy.phase_at(rl, step)
-        t0 = time.perf_counter()
-        examples = stream.next_batch()
-        rollouts = onpolicy.sample_student(
-            cfg, rt, tok, template, state.params, examples, phase, jax.random.fold_in(key, step)
-        )
-        t1 = time.perf_counter()
-        scores = rewarder(examples, rollouts)
-        t2 = time.perf_counter()
-        if reference is not None:
-            rollouts.batch["ref_logprobs"] = reference.logprobs(rollouts.batch, phase.temperature)
-            if rl.kl_in_reward:
-                scores, kl_b = kl_lib.kl_in_reward(
-                    scores,
-                    rollouts.batch["sampler_logprobs"],
-                    rollouts.batch["ref_logprobs"],
-                    rollouts.batch["loss_mask"],
-                    coef=rl.kl_coef,
-                    kind=rl.kl_kind,
-                )
-                scores = np.asarray(scores)
-        prepared = rl_batch.prepare(rl, rollouts.batch, scores, rollouts.truncated, rl.group_size)
-        in_loss = prepared.batch["loss_mask"].any(-1)
-        onpolicy.check_finite_inputs(
-            cfg,
-            rt,
-            step,
-            rewards=prepared.rewards,
-            advantages=prepared.batch["advantages"][in_loss],
-        )
-        stream.record(examples, prepared.rewards.reshape(-1, rl.group_size).mean(-1).tolist())
-        train_batch = prepared.batch
-        if jax.process_count() == 1:
-            train_batch = rl_batch.compact(
-                train_batch, cfg.train.num_microbatches * batch_shards, length_multiple=32
+    services = preemption.StepServices(cfg.stage, cfg.train.profile_steps, f"{rt.stage_dir}/tb")
+    with services:
+        for step in range(start + 1, cfg.train.steps + 1):
+            services.before(step)
+            phase = onpolicy.phase_at(rl, step)
+            t0 = time.perf_counter()
+            examples = stream.next_batch()
+            rollouts = onpolicy.sample_student(
+                cfg, rt, tok, template, state.params, examples, phase, jax.random.fold_in(key, step)
             )
-        batch = rules_lib.put_batch(train_batch, rt.mesh, rt.rules)
-        state, m = step_fn(phase.temperature)(state, batch, key)
-        host = metrics_lib.to_python(m)
-        t3 = time.perf_counter()
-        onpolicy.check_finite(cfg, rt, host, step)
-        lengths = rollouts.lengths
-        host.update(prepared.metrics)
-        host.update(
-            response_len_mean=float(lengths.mean()),
-            response_len_max=float(lengths.max()),
-            max_new_tokens=phase.max_new_tokens,
-            temperature=phase.temperature,
-            rollout_s=t1 - t0,
-            verify_s=t2 - t1,
-            train_s=t3 - t2,
-            rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
-            train_rows=len(train_batch["loss_mask"]),
-            train_len=train_batch["loss_mask"].shape[1],
-            prompts_skipped=stream.skipped,
-        )
-        bar.update(1, reward=host["reward_mean"], len=host["response_len_mean"])
-        onpolicy.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
-        if guard is not None and onpolicy.guard_stops(cfg, guard, step, state, stream):
-            state = guard.restore_last_passing(step)
-            break
+            t1 = time.perf_counter()
+            scores = rewarder(examples, rollouts)
+            t2 = time.perf_counter()
+            if reference is not None:
+                rollouts.batch["ref_logprobs"] = reference.logprobs(
+                    rollouts.batch, phase.temperature
+                )
+                if rl.kl_in_reward:
+                    scores, kl_b = kl_lib.kl_in_reward(
+                        scores,
+                        rollouts.batch["sampler_logprobs"],
+                        rollouts.batch["ref_logprobs"],
+                        rollouts.batch["loss_mask"],
+                        coef=rl.kl_coef,
+                        kind=rl.kl_kind,
+                    )
+                    scores = np.asarray(scores)
+            prepared = rl_batch.prepare(
+                rl, rollouts.batch, scores, rollouts.truncated, rl.group_size
+            )
+            in_loss = prepared.batch["loss_mask"].any(-1)
+            onpolicy.check_finite_inputs(
+                cfg,
+                rt,
+                step,
+                rewards=prepared.rewards,
+                advantages=prepared.batch["advantages"][in_loss],
+            )
+            stream.record(examples, prepared.rewards.reshape(-1, rl.group_size).mean(-1).tolist())
+            train_batch = prepared.batch
+            if jax.process_count() == 1:
+                train_batch = rl_batch.compact(
+                    train_batch, cfg.train.num_microbatches * batch_shards, length_multiple=32
+                )
+            batch = rules_lib.put_batch(train_batch, rt.mesh, rt.rules)
+            state, m = step_fn(phase.temperature)(state, batch, key)
+            services.after(step, m)
+            host = metrics_lib.to_python(m)
+            t3 = time.perf_counter()
+            onpolicy.check_finite(cfg, rt, host, step)
+            lengths = rollouts.lengths
+            host.update(prepared.metrics)
+            host.update(
+                response_len_mean=float(lengths.mean()),
+                response_len_max=float(lengths.max()),
+                max_new_tokens=phase.max_new_tokens,
+                temperature=phase.temperature,
+                rollout_s=t1 - t0,
+                verify_s=t2 - t1,
+                train_s=t3 - t2,
+                rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
+                train_rows=len(train_batch["loss_mask"]),
+                train_len=train_batch["loss_mask"].shape[1],
+                prompts_skipped=stream.skipped,
+            )
+            bar.update(1, reward=host["reward_mean"], len=host["response_len_mean"])
+            onpolicy.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
+            services.check(step, cfg.train.steps, state, stream.get_state, rt.manager)
+            if guard is not None and onpolicy.guard_stops(cfg, guard, step, state, stream):
+                state = guard.restore_last_passing(step)
+                break
     bar.close()
     final = onpolicy.finish(cfg, rt, tok, template, state, stream.get_state(), own_eval)
     if guard is not None:

@@ -132,6 +132,8 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         flops_per_token=cfg.model.flops_per_token(cfg.train.seq_len),
         tokens_per_step=cfg.train.batch_size * cfg.train.seq_len,
         progress=cfg.train.progress,
+        profile_steps=cfg.train.profile_steps,
+        profile_dir=f"{rt.stage_dir}/tb",
     )
     if int(jax.device_get(state.step)) == 0 and held_out:
         rt.writer.write(0, eval_loss(state.params))
