@@ -216,10 +216,12 @@ def _assert_trainer_agrees(params, cfg, out, max_new):
 
 
 def test_bucket_sizes_halve_to_aligned_prefixes():
-    assert decode.bucket_sizes(1040) == (256, 384, 640, 1040)
-    assert decode.bucket_sizes(49_152) == (256,) + tuple(49_152 >> i for i in range(7, -1, -1))
-    assert decode.bucket_sizes(300) == (256, 300)  # 150 rounds up to 256
-    assert decode.bucket_sizes(256) == (256,)  # a half would be < 256 slots
+    assert decode.bucket_sizes(1040, 256) == (256, 384, 640, 1040)
+    assert decode.bucket_sizes(300, 256) == (256, 300)  # 150 rounds up to 256
+    assert decode.bucket_sizes(256, 256) == (256,)  # a half would be < 256 slots
+    # Default: caches of the tiny/small presets keep one bucket; a 49K cache has 6.
+    assert decode.bucket_sizes(512) == (512,) and decode.bucket_sizes(1024) == (1024,)
+    assert decode.bucket_sizes(49_152) == tuple(49_152 >> i for i in range(5, -1, -1))
 
 
 @pytest.mark.parametrize("t", [1, 4])
@@ -254,7 +256,7 @@ def test_bucketed_cache_read_equals_whole_cache(t):
 
 
 def test_sampler_long_cache_reads_buckets_and_equals_trainer():
-    cfg = dataclasses.replace(helpers.TOY_MODEL, attention_impl="xla", max_seq_len=512)
+    cfg = dataclasses.replace(helpers.TOY_MODEL, attention_impl="xla", max_seq_len=2048)
     params = helpers.random_params()
     out = sampler.generate(
         params,
@@ -263,7 +265,7 @@ def test_sampler_long_cache_reads_buckets_and_equals_trainer():
         method=sampling.Greedy(),
         rng=jax.random.key(0),
         stop_ids=(),
-        max_new_tokens=496,
-    )  # cache 16 + 496 = 512 slots: buckets 256 and 512
-    assert decode.bucket_sizes(512) == (256, 512)
-    _assert_trainer_agrees(params, cfg, out, 496)
+        max_new_tokens=2032,
+    )  # cache 16 + 2032 = 2048 slots: buckets 1024 and 2048
+    assert decode.bucket_sizes(2048) == (1024, 2048)
+    _assert_trainer_agrees(params, cfg, out, 2032)

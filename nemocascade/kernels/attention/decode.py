@@ -11,7 +11,7 @@ and the whole cache only at the end. All buckets are branches of one
 program, so a growing rollout never recompiles.
 
 Values equal attention over the whole cache up to float32 summation order
-(the skipped slots have weight exactly 0).
+(the skipped slots have weight exactly 0; measured differences ~2e-7).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-MIN_BUCKET = 256
+# Caches up to 1024 slots (the tiny and small presets' max_seq_len) keep one bucket, so
+# their decode numerics are exactly those of whole-cache attention.
+MIN_BUCKET = 1024
 _ALIGN = 128
 
 
