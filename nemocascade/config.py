@@ -58,6 +58,8 @@ class TrainConfig:
     keep_checkpoints: int = 2
     logprob_impl: str = ""  # "" = pick by platform
     profile_steps: tuple[int, ...] = ()  # "START,END": jax.profiler trace into <stage>/tb
+    wandb_project: str = ""  # Weights & Biases project beside TensorBoard ("" = off)
+    wandb_mode: str = ""  # "" (wandb's default) | online | offline | disabled
     progress: bool = True
     # Persistent XLA compilation cache: "auto" = WORKDIR/jax_cache (shared by a
     # cascade's stages and by reruns), "" = off, else a directory.
@@ -291,6 +293,10 @@ def validate(cfg: Config) -> Config:
         or (len(t.profile_steps) == 2 and 1 <= t.profile_steps[0] <= t.profile_steps[1]),
         f"config.train.profile_steps={t.profile_steps}: expected START,END with "
         "1 <= START <= END",
+    )
+    _check(
+        t.wandb_mode in ("", "online", "offline", "disabled"),
+        f"config.train.wandb_mode={t.wandb_mode!r}; choose online, offline or disabled",
     )
     _check(
         t.log_every > 0 and t.eval_every > 0 and t.checkpoint_every > 0,

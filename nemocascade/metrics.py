@@ -40,15 +40,25 @@ class Writer:
     never holds two rows of one step from two runs.
     """
 
-    def __init__(self, directory: str, *, tensorboard: bool = True):
+    def __init__(self, directory: str, *, tensorboard: bool = True, wandb: dict | None = None):
+        """`wandb`: `wandb.init` keyword arguments (project, name, mode, config) or None."""
         self.enabled = jax.process_index() == 0
         self.path = os.path.join(directory, "metrics.jsonl")
         self._replay_checked = False
         self._tb = None
+        self._wandb = None
         if self.enabled:
             os.makedirs(directory, exist_ok=True)
             if tensorboard and SummaryWriter is not None:
                 self._tb = SummaryWriter(os.path.join(directory, "tb"))
+            if wandb:
+                self._wandb = _wandb_run(directory, wandb)
+
+    def text(self, tag: str, text: str) -> None:
+        """A text record in TensorBoard (e.g. the resolved config)."""
+        if self._tb is not None:
+            self._tb.add_text(tag, text)
+            self._tb.flush()
 
     def write(self, step: int, metrics: dict[str, Any]):
         if not self.enabled:
@@ -64,10 +74,30 @@ class Writer:
                 if k != "step" and isinstance(v, float) and math.isfinite(v):
                     self._tb.add_scalar(k, v, step)
             self._tb.flush()
+        if self._wandb is not None:
+            scalars = {k: v for k, v in record.items() if isinstance(v, (int, float))}
+            self._wandb.log(scalars, step=int(step))
 
     def close(self):
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def _wandb_run(directory: str, kwargs: dict):
+    """A Weights & Biases run beside TensorBoard; one id per stage dir, so a resume continues it."""
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError(
+            "config.train.wandb_project is set but wandb is not installed (pip install wandb)"
+        ) from None
+    import hashlib
+
+    run_id = hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:16]
+    return wandb.init(dir=directory, id=run_id, resume="allow", reinit=True, **kwargs)
 
 
 def drop_from(path: str, step: int) -> int:

@@ -1,5 +1,6 @@
 """Each stage records how it ran: config.json (round-trips), model_config.json, run.json."""
 
+import dataclasses
 import json
 
 from nemocascade import config as config_lib
@@ -27,3 +28,20 @@ def test_config_json_round_trips_and_run_json_says_where(tmp_path):
         assert run["num_devices"] == 8 and run["platform"] == "cpu"
         assert run["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
         assert run["versions"]["jax"] and run["argv"]
+
+
+def test_wandb_offline_run_writes_its_files(tmp_path, monkeypatch):
+    wandb = __import__("pytest").importorskip("wandb", reason="wandb is not installed")
+    from nemocascade import metrics as metrics_lib
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = _config("sft")
+    train = dataclasses.replace(cfg.train, wandb_project="nc-test", wandb_mode="offline")
+    cfg = dataclasses.replace(cfg, train=train)
+    writer = metrics_lib.Writer(str(tmp_path), wandb=common.wandb_settings(cfg))
+    writer.write(1, {"loss": 2.5})
+    writer.write(2, {"loss": 2.0})
+    writer.close()
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb")), list((tmp_path / "wandb").iterdir())
+    assert wandb.run is None

@@ -104,6 +104,21 @@ def write_run_files(cfg: config_lib.Config, directory: str, mesh=None) -> None:
         (d / RUN_FILE).write_text(json.dumps(run_record(mesh), indent=1))
 
 
+def wandb_settings(cfg: config_lib.Config) -> dict | None:
+    """`wandb.init` arguments of a stage (None unless `train.wandb_project` is set)."""
+    t = cfg.train
+    if not t.wandb_project:
+        return None
+    settings = {
+        "project": t.wandb_project,
+        "name": cfg.stage,
+        "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
+    }
+    if t.wandb_mode:
+        settings["mode"] = t.wandb_mode
+    return settings
+
+
 def setup(cfg: config_lib.Config, workdir: str, total_steps: int | None = None) -> Runtime:
     config_lib.check_devices(cfg, jax.device_count())
     directory = stage_dir(workdir, cfg.stage)
@@ -116,7 +131,8 @@ def setup(cfg: config_lib.Config, workdir: str, total_steps: int | None = None) 
     manager = checkpointing.Manager(
         os.path.join(directory, "checkpoints"), keep=cfg.train.keep_checkpoints
     )
-    writer = metrics_lib.Writer(directory)
+    writer = metrics_lib.Writer(directory, wandb=wandb_settings(cfg))
+    writer.text("config", json.dumps(dataclasses.asdict(cfg), indent=1, default=str))
     logging.info(
         "[%s] model %.2fM params, mesh %s, rules %s, workdir %s",
         cfg.stage,
