@@ -149,6 +149,31 @@ def _plots(workdir: str, table, done) -> list[str]:
     return written
 
 
+RUN_FILE = "run.json"  # written by each stage at its start (trainer/stages/common.py)
+
+
+def _runs(workdir: str, stages: Sequence[str]) -> list[str]:
+    """How each stage ran: commit, devices, mesh, versions, command line (its run.json)."""
+    rows = []
+    for s in stages:
+        path = os.path.join(workdir, s, RUN_FILE)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            r = json.load(f)
+        mesh = "×".join(f"{k} {v}" for k, v in r.get("mesh", {}).items())
+        devices = f"{r.get('num_devices')} × {r.get('device_kind')} ({r.get('platform')})"
+        versions = ", ".join(f"{k} {v}" for k, v in r.get("versions", {}).items() if v)
+        rows.append(
+            f"| {s} | `{(r.get('git_commit') or '-')[:12]}` | {devices}, "
+            f"{r.get('num_processes')} process(es) | {mesh} | {versions} |"
+        )
+    if not rows:
+        return []
+    head = ["", "## Run records", "", "| stage | commit | devices | mesh | versions |"]
+    return head + ["|---|---|---|---|---|"] + rows
+
+
 def write(workdir: str, stages: Sequence[str], tolerance: float = 0.03) -> str:
     """Writes report.md (+ PNGs); returns its path."""
     table = collect(workdir, stages)
@@ -170,6 +195,7 @@ def write(workdir: str, stages: Sequence[str], tolerance: float = 0.03) -> str:
     if weak:
         lines += ["", f"**WARNING: {', '.join(weak)} ran model-written code on the weaker "]
         lines[-1] += "rlimit sandbox backend (no namespaces; docs/security.md).**"
+    lines += _runs(workdir, stages)
     flags = forgetting(workdir, stages, tolerance)
     lines += ["", f"## Forgetting guard (tolerance {100 * tolerance:.0f} points)", ""]
     lines += [f"- **{f}**" for f in flags] if flags else ["No cell dropped beyond tolerance."]

@@ -101,6 +101,10 @@ def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
     for stage in STAGES:
         if stage != "rm":
             assert f"| {stage} |" in report, stage
+    # How each stage ran (run.json): the records section lists every stage, rm included.
+    records = report.split("## Run records")[1].split("##")[0]
+    assert all(f"| {stage} | `" in records for stage in STAGES), records
+    assert "8 × cpu (cpu), 1 process(es)" in records
     with open(os.path.join(workdir, "stage3_long", "eval_matrix.json")) as f:
         matrix = json.load(f)
     assert matrix["stage"] == "stage3_long"
