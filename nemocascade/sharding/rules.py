@@ -13,6 +13,8 @@ where they live on the ('data', 'fsdp', 'tensor') mesh:
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
@@ -107,6 +109,17 @@ def spec(names: tuple[str | None, ...], rules: Rules) -> PartitionSpec:
 def batch_sharding(mesh, rules: Rules, ndim: int = 2) -> NamedSharding:
     """Sharding of a [B, ...] batch array: batch over the data-parallel axes."""
     return NamedSharding(mesh, spec(("act_batch",) + (None,) * (ndim - 1), rules))
+
+
+def batch_shards(mesh, rules: Rules) -> int:
+    """How many ways a batch is split: the mesh axes of `act_batch` (never 'tensor').
+
+    Not `batch_sharding(...).num_devices`, which counts every device of the
+    mesh, tensor-parallel ones included.
+    """
+    axes = spec(("act_batch",), rules)[0]
+    axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    return math.prod(mesh.shape[a] for a in axes)
 
 
 def replicated(mesh) -> NamedSharding:

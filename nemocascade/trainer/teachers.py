@@ -14,7 +14,6 @@ scattered back.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,13 +39,6 @@ def bucket_rows(count: int, multiple: int, total: int) -> int:
     while rows < count:
         rows *= 2
     return min(rows, total)
-
-
-def batch_shards(mesh: jax.sharding.Mesh, rules: rules_lib.Rules) -> int:
-    """How many ways a batch is split (the data-parallel axes; not 'tensor')."""
-    axes = rules_lib.batch_sharding(mesh, rules).spec[0]
-    axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
-    return math.prod(mesh.shape[a] for a in axes)
 
 
 def _agreed_count(count: int) -> int:
@@ -76,7 +68,7 @@ class Teachers:
         self._index = {domain: unique.index(d) for domain, d in dirs.items()}
         self.dirs = dict(dirs)
         self._mesh, self._rules = mesh, rules
-        self._multiple = max(1, batch_shards(mesh, rules) // jax.process_count())
+        self._multiple = max(1, rules_lib.batch_shards(mesh, rules) // jax.process_count())
 
         def logprobs(params, batch, temperature):
             with nn.logical_axis_rules(rules):

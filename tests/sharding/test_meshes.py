@@ -89,3 +89,15 @@ def test_config_rejects_mesh_that_does_not_divide_devices():
     cfg = dataclasses.replace(helpers.toy_config(), mesh=config_lib.MeshConfig(shape=(3, -1, 1)))
     with pytest.raises(config_lib.ConfigError, match="mesh.shape"):
         config_lib.check_devices(cfg, 8)
+
+
+def test_batch_shards_count_the_data_axes_only():
+    mesh = mesh_lib.make_mesh((2, 2, 2))
+    rules = rules_lib.get_rules("fsdp_tp")
+    assert rules_lib.batch_shards(mesh, rules) == 4
+    # What the RL stage used to count: every device, the tensor axis included.
+    assert rules_lib.batch_sharding(mesh, rules).num_devices == 8
+    placed = rules_lib.put_batch({"x": np.zeros((4, 3), np.int32)}, mesh, rules)
+    assert placed["x"].sharding.shard_shape((4, 3)) == (1, 3)
+    assert rules_lib.batch_shards(mesh_lib.make_mesh((1, 4, 2)), rules) == 4
+    assert rules_lib.batch_shards(mesh_lib.make_mesh((2, 4, 1)), rules_lib.get_rules("fsdp")) == 8

@@ -18,7 +18,6 @@ import pytest
 from configs import mopd as mopd_config
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
 from nemocascade.model import transformer
-from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import teachers as teachers_lib
 from nemocascade.trainer.stages import distill
 
@@ -131,13 +130,6 @@ def test_bucket_rows():
     assert teachers_lib.bucket_rows(9, 8, 64) == 16
     assert teachers_lib.bucket_rows(40, 8, 48) == 48
     assert teachers_lib.bucket_rows(64, 8, 64) == 64
-
-
-def test_batch_shards_counts_data_axes_only():
-    tp = mesh_lib.make_mesh((1, 4, 2))
-    assert teachers_lib.batch_shards(tp, rules_lib.get_rules("fsdp_tp")) == 4
-    dp = mesh_lib.make_mesh((2, 4, 1))
-    assert teachers_lib.batch_shards(dp, rules_lib.get_rules("fsdp")) == 8
 
 
 def test_domain_gaps():

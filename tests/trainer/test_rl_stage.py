@@ -8,6 +8,7 @@ that the whole step (rollout → reward → loss → optimizer) runs and moves t
 params.
 """
 
+import dataclasses
 import math
 
 import chex
@@ -66,3 +67,21 @@ def test_two_rl_steps(tmp_path, name):
     init = nn.meta.unbox(transformer.init_params(cfg.model, jax.random.key(cfg.train.seed)))
     with pytest.raises(AssertionError):
         chex.assert_trees_all_close(final, init)
+
+
+def test_rl_step_on_a_tensor_parallel_mesh(tmp_path):
+    """fsdp_tp on 2×2×2: the train batch is compacted to a multiple of the 4 batch shards."""
+    cfg = toy_rl_config("stage1_short")
+    cfg = dataclasses.replace(
+        cfg,
+        mesh=config_lib.MeshConfig(shape=(2, 2, 2), rules="fsdp_tp"),
+        model=dataclasses.replace(cfg.model, num_kv_heads=2),  # heads split over 'tensor'
+        rl=dataclasses.replace(cfg.rl, prompts_per_step=3),  # 12 rows: 3 × the 4 batch shards
+        train=dataclasses.replace(cfg.train, batch_size=12),
+    )
+    rl.run(cfg, str(tmp_path))
+    records = metrics_lib.read(str(tmp_path / "stage1_short" / "metrics.jsonl"))
+    steps = [r for r in records if "reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    # Padded to a multiple of the data-parallel shards (4), not of all 8 devices (16 rows).
+    assert all(r["train_rows"] == 12 and r["grad_norm"] > 0 for r in steps), steps

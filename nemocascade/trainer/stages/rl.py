@@ -107,7 +107,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
 
     reference = _Reference(cfg, rt, state.params) if rl.kl_coef > 0 else None
     own_eval = evaluation.own_domain_eval(cfg, tok, template, rt)
-    batch_shards = rules_lib.batch_sharding(rt.mesh, rt.rules).num_devices
+    batch_shards = rules_lib.batch_shards(rt.mesh, rt.rules)
     start = int(jax.device_get(state.step))
     if start == 0:
         rt.writer.write(0, own_eval(state.params))

@@ -306,7 +306,7 @@ def make_evaluate(cfg: config_lib.Config, rt: common.Runtime, batches: list[dict
 def rows_per_process(cfg: config_lib.Config, rt: common.Runtime, rows_per_pair: float) -> int:
     """Packed rows of a step on this process, divisible into micro-batches over the data axes."""
     pairs = cfg.train.batch_size // jax.process_count()
-    dp = rt.mesh.shape["data"] * rt.mesh.shape["fsdp"]
+    dp = rules_lib.batch_shards(rt.mesh, rt.rules)
     unit = max(1, dp // jax.process_count()) * cfg.train.num_microbatches
     return -(-max(1, math.ceil(pairs * rows_per_pair)) // unit) * unit
 

@@ -81,7 +81,7 @@ class RMRewarder:
         self._tok = tok
         self._template = template
         self._mesh, self._rules = rt.mesh, rt.rules
-        dp = self._mesh.shape["data"] * self._mesh.shape["fsdp"]
+        dp = rules_lib.batch_shards(self._mesh, self._rules)
         self._dp_local = max(1, dp // jax.process_count())  # rows of a call on this process
         self._buckets = length_buckets(cfg.model.max_seq_len)
         model, rules = cfg.model, rt.rules
