@@ -24,12 +24,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
+from nemocascade import config as config_lib
 from nemocascade.data import text
 from nemocascade.losses import distill
-from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import forward, optimizer, preemption, rl_batch, teachers as teachers_lib
-from nemocascade.trainer.stages import common, evaluation, guard as guard_lib, onpolicy
+from nemocascade.trainer import forward, optimizer, rl_batch, teachers as teachers_lib
+from nemocascade.trainer.stages import driver, onpolicy
 
 TRAIN_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask", "sampler_logprobs")
 
@@ -98,96 +97,63 @@ def domain_gaps(
     return out
 
 
-def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
-    stage_dir = common.stage_dir(workdir, cfg.stage)
-    if checkpointing.is_done(stage_dir):
-        logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
-        return {}
-    r = cfg.rl
-    dirs = teacher_dirs(r)
-    check_config(r)
-    tok, template, _ = text.for_config(cfg, stage_dir)
-    for domain, d in dirs.items():  # teachers share the student's tokenizer (C2 §4.4)
-        text.check_same(tok, d, f"the {domain} teacher", "the student's tokenizer")
-    rt = common.setup(cfg, workdir)
-    state, data_state, _ = common.init_state(rt)
-    stream = onpolicy.make_stream(cfg, data_state, tok, template)
-    teachers = teachers_lib.Teachers(
-        cfg.model,
-        dirs,
-        abstract_params=rt.abstract_state.params,
-        mesh=rt.mesh,
-        rules=rt.rules,
-        implementation=cfg.train.logprob_impl or None,
-    )
-    logging.info("[%s] teachers: %s", cfg.stage, dirs)
-    lr_at = optimizer.schedule(cfg.optim, cfg.train.steps)
-    step_fn = onpolicy.train_steps(cfg, rt, make_loss_fn)
+class MOPD:
+    """The distillation algorithm of the on-policy driver: teacher log-probs → the MOPD loss."""
 
-    own_eval = evaluation.own_domain_eval(cfg, tok, template, rt)
-    start = int(jax.device_get(state.step))
-    if start == 0:
-        rt.writer.write(0, own_eval(state.params))
-    guard = guard_lib.ForgettingGuard(cfg, rt, tok, template) if cfg.eval.guard_tolerance else None
-    if guard is not None:
-        guard.start(state, stream.get_state())
-    bar = metrics_lib.Progress(cfg.train.steps, start, cfg.stage, cfg.train.progress)
-    key = jax.random.key(cfg.train.seed)
-    services = preemption.StepServices(cfg.stage, cfg.train.profile_steps, f"{rt.stage_dir}/tb")
-    with services:
-        for step in range(start + 1, cfg.train.steps + 1):
-            services.before(step)
-            phase = onpolicy.phase_at(r, step)
-            t0 = time.perf_counter()
-            examples = stream.next_batch()
-            rollouts = onpolicy.sample_student(
-                cfg, rt, tok, template, state.params, examples, phase, jax.random.fold_in(key, step)
-            )
-            row_domains = [examples[i].domain for i in rollouts.example_index]
-            t1 = time.perf_counter()
-            batch = {k: rollouts.batch[k] for k in TRAIN_KEYS}
-            if r.overlong == "filter":
-                batch["loss_mask"] = batch["loss_mask"] * (~rollouts.truncated)[:, None]
-            if jax.process_count() == 1:
-                batch = rl_batch.trim_columns(batch, 32)
-            teacher_bt = teachers.logprobs(batch, row_domains, phase.temperature)
-            t2 = time.perf_counter()
-            batch["teacher_logprobs"] = teacher_bt
-            valid = np.asarray(batch["loss_mask"]) > 0
-            onpolicy.check_finite_inputs(
-                cfg, rt, step, teacher_logprobs=np.asarray(teacher_bt)[valid]
-            )
-            placed = rules_lib.put_batch(batch, rt.mesh, rt.rules)
-            state, m = step_fn(phase.temperature)(state, placed, key)
-            services.after(step, m)
-            host = metrics_lib.to_python(m)
-            t3 = time.perf_counter()
-            onpolicy.check_finite(cfg, rt, host, step)
-            lengths = rollouts.lengths
-            host.update(
-                domain_gaps(teacher_bt, batch["sampler_logprobs"], batch["loss_mask"], row_domains)
-            )
-            host.update(
-                lr=float(lr_at(step - 1)),
-                response_len_mean=float(lengths.mean()),
-                response_len_max=float(lengths.max()),
-                truncation_rate=float(rollouts.truncated.mean()),
-                max_new_tokens=phase.max_new_tokens,
-                temperature=phase.temperature,
-                rollout_s=t1 - t0,
-                teacher_s=t2 - t1,
-                train_s=t3 - t2,
-                rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
-            )
-            bar.update(1, adv=host["advantage_mean"], len=host["response_len_mean"])
-            onpolicy.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
-            services.check(step, cfg.train.steps, state, stream.get_state, rt.manager)
-            if guard is not None and onpolicy.guard_stops(cfg, guard, step, state, stream):
-                state = guard.restore_last_passing(step)
-                break
-    bar.close()
-    final = onpolicy.finish(cfg, rt, tok, template, state, stream.get_state(), own_eval)
-    if guard is not None:
-        guard.close()
-    rt.close()
-    return final
+    make_loss_fn = staticmethod(make_loss_fn)
+
+    def __init__(self, cfg: config_lib.Config, workdir: str, rt, tok, template, state):
+        del workdir, template, state
+        self._cfg, self._rt = cfg, rt
+        dirs = teacher_dirs(cfg.rl)
+        for domain, d in dirs.items():  # teachers share the student's tokenizer (C2 §4.4)
+            text.check_same(tok, d, f"the {domain} teacher", "the student's tokenizer")
+        self._teachers = teachers_lib.Teachers(
+            cfg.model,
+            dirs,
+            abstract_params=rt.abstract_state.params,
+            mesh=rt.mesh,
+            rules=rt.rules,
+            implementation=cfg.train.logprob_impl or None,
+        )
+        logging.info("[%s] teachers: %s", cfg.stage, dirs)
+        self._lr_at = optimizer.schedule(cfg.optim, cfg.train.steps)
+
+    def prepare(self, step, examples, rollouts, phase) -> driver.Prepared:
+        r = self._cfg.rl
+        t0 = time.perf_counter()
+        row_domains = [examples[i].domain for i in rollouts.example_index]
+        batch = {k: rollouts.batch[k] for k in TRAIN_KEYS}
+        if r.overlong == "filter":
+            batch["loss_mask"] = batch["loss_mask"] * (~rollouts.truncated)[:, None]
+        if jax.process_count() == 1:
+            batch = rl_batch.trim_columns(batch, 32)
+        teacher_bt = self._teachers.logprobs(batch, row_domains, phase.temperature)
+        teacher_s = time.perf_counter() - t0
+        batch["teacher_logprobs"] = teacher_bt
+        valid = np.asarray(batch["loss_mask"]) > 0
+        onpolicy.check_finite_inputs(
+            self._cfg, self._rt, step, teacher_logprobs=np.asarray(teacher_bt)[valid]
+        )
+        metrics = domain_gaps(
+            teacher_bt, batch["sampler_logprobs"], batch["loss_mask"], row_domains
+        )
+        metrics.update(
+            lr=float(self._lr_at(step - 1)),
+            truncation_rate=float(rollouts.truncated.mean()),
+            teacher_s=teacher_s,
+        )
+        return driver.Prepared(batch, metrics)
+
+    def progress(self, host: dict) -> dict:
+        return {"adv": host["advantage_mean"]}
+
+    def close(self) -> None:
+        pass
+
+
+def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
+    """Trains (or resumes) the MOPD stage with the on-policy driver."""
+    teacher_dirs(cfg.rl)  # fails before any set-up without a teacher per domain
+    check_config(cfg.rl)
+    return driver.run(cfg, workdir, MOPD)
