@@ -1,4 +1,6 @@
-"""The host training loop shared by every stage.
+"""The host training loop of the stages that train on a data loader: SFT and RM.
+
+(The on-policy stages — RL, RLHF, MOPD — run `stages/driver.py`.)
 
 Step i+1 is dispatched before step i's metrics are pulled, so the host never
 stalls the device; the pulled loss and gradient norm are checked for NaN/Inf
@@ -36,6 +38,49 @@ class LoopSpec:
     progress: bool = True
     profile_steps: tuple[int, ...] = ()  # (start, end): jax.profiler trace of those steps
     profile_dir: str = ""
+
+
+def spec_for(cfg, stage_dir: str, total_steps: int, tokens_per_step: int) -> LoopSpec:
+    """The loop settings of a stage's `train` section (`cfg` is a `config.Config`)."""
+    t = cfg.train
+    return LoopSpec(
+        stage=cfg.stage,
+        total_steps=total_steps,
+        log_every=t.log_every,
+        eval_every=t.eval_every,
+        checkpoint_every=t.checkpoint_every,
+        flops_per_token=cfg.model.flops_per_token(t.seq_len),
+        tokens_per_step=tokens_per_step,
+        progress=t.progress,
+        profile_steps=t.profile_steps,
+        profile_dir=f"{stage_dir}/tb",
+    )
+
+
+def run_stage(
+    cfg, rt, state, step_fn, batches, data_state, tokens_per_step, evaluate=None, total_steps=None
+) -> Any:
+    """A loader stage's training: the step-0 eval of a fresh start, then `run`.
+
+    `rt` is the stage's runtime (`stages.common.Runtime`: manager, writer,
+    stage_dir); `step_fn(state, batch, rng)` gets the key of `train.seed`;
+    `evaluate(params) -> metrics` runs at step 0 and every `train.eval_every`;
+    `total_steps` defaults to `train.steps`.
+    """
+    spec = spec_for(cfg, rt.stage_dir, total_steps or cfg.train.steps, tokens_per_step)
+    if evaluate is not None and int(jax.device_get(state.step)) == 0:
+        rt.writer.write(0, evaluate(state.params))
+    rng = jax.random.key(cfg.train.seed)
+    return run(
+        spec,
+        state=state,
+        step_fn=lambda s, b: step_fn(s, b, rng),
+        batches=batches,
+        data_state=data_state,
+        manager=rt.manager,
+        writer=rt.writer,
+        eval_fn=(lambda s, step: evaluate(s.params)) if evaluate is not None else None,
+    )
 
 
 def run(

@@ -157,13 +157,18 @@ def init_state(rt: Runtime) -> tuple[Any, dict, str]:
         with jax.set_mesh(rt.mesh):
             return init(params)
 
-    state, data, where = checkpointing.restore_or_init(
+    state, data, where = restore(rt, fresh, with_params, cfg.init.init_from)
+    logging.info("[%s] state from %s", cfg.stage, where)
+    return state, data, where
+
+
+def restore(rt: Runtime, fresh, with_params, init_from: str) -> tuple[Any, dict, str]:
+    """`checkpointing.restore_or_init` on the stage's manager and abstract state."""
+    return checkpointing.restore_or_init(
         rt.manager,
         rt.abstract_state,
-        resume_from=cfg.init.resume_from,
-        init_from=cfg.init.init_from,
+        resume_from=rt.cfg.init.resume_from,
+        init_from=init_from,
         init_fresh=fresh,
         with_params=with_params,
     )
-    logging.info("[%s] state from %s", cfg.stage, where)
-    return state, data, where

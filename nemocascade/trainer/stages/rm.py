@@ -126,14 +126,8 @@ def init_state(cfg: config_lib.Config, rt: common.Runtime) -> tuple[Any, dict]:
         with jax.set_mesh(rt.mesh):
             return init(rng)
 
-    state, data, where = checkpointing.restore_or_init(
-        rt.manager,
-        rt.abstract_state,
-        resume_from=cfg.init.resume_from,
-        init_from="",  # policy params, not an RM state: handled by `fresh`
-        init_fresh=fresh,
-        with_params=None,
-    )
+    # `init.init_from` names policy params, not an RM state: `fresh` loads them.
+    state, data, where = common.restore(rt, fresh, None, init_from="")
     if where == "scratch" and cfg.init.init_from:
         where = f"init_from {cfg.init.init_from} (policy backbone, fresh head)"
     logging.info("[%s] state from %s", cfg.stage, where)
@@ -359,7 +353,6 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     )
     rows = rows_per_process(cfg, rt, opts.rows_per_pair)
     evaluate = make_evaluate(cfg, rt, eval_batches(cfg, tok, opts, template, rows), opts.margin)
-    base_rng = jax.random.key(cfg.train.seed)
     counts = {"pairs": 0, "dropped": 0}
 
     def batches():
@@ -369,29 +362,9 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
             counts["dropped"] += dropped
             yield rules_lib.put_batch(packed, rt.mesh, rt.rules)
 
-    spec = loop.LoopSpec(
-        stage=cfg.stage,
-        total_steps=steps,
-        log_every=cfg.train.log_every,
-        eval_every=cfg.train.eval_every,
-        checkpoint_every=cfg.train.checkpoint_every,
-        flops_per_token=cfg.model.flops_per_token(cfg.train.seq_len),
-        tokens_per_step=rows * jax.process_count() * 2 * cfg.train.seq_len,
-        progress=cfg.train.progress,
-        profile_steps=cfg.train.profile_steps,
-        profile_dir=f"{rt.stage_dir}/tb",
-    )
-    if int(jax.device_get(state.step)) == 0:
-        rt.writer.write(0, evaluate(state.params))
-    state = loop.run(
-        spec,
-        state=state,
-        step_fn=lambda s, b: step_fn(s, b, base_rng),
-        batches=batches(),
-        data_state=train.get_state,
-        manager=rt.manager,
-        writer=rt.writer,
-        eval_fn=lambda s, step: evaluate(s.params),
+    tokens = rows * jax.process_count() * 2 * cfg.train.seq_len
+    state = loop.run_stage(
+        cfg, rt, state, step_fn, batches(), train.get_state, tokens, evaluate, steps
     )
     final = evaluate(state.params)
     final["pairs_dropped_frac"] = counts["dropped"] / max(counts["pairs"], 1)

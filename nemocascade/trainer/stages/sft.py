@@ -117,36 +117,14 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         state_shardings=rt.state_shardings,
     )
     eval_loss = make_eval_loss(cfg, rt, held_out)
-    base_rng = jax.random.key(cfg.train.seed)
 
     def batches():
         for b in train:
             yield rules_lib.put_batch(b, rt.mesh, rt.rules)
 
-    spec = loop.LoopSpec(
-        stage=cfg.stage,
-        total_steps=cfg.train.steps,
-        log_every=cfg.train.log_every,
-        eval_every=cfg.train.eval_every,
-        checkpoint_every=cfg.train.checkpoint_every,
-        flops_per_token=cfg.model.flops_per_token(cfg.train.seq_len),
-        tokens_per_step=cfg.train.batch_size * cfg.train.seq_len,
-        progress=cfg.train.progress,
-        profile_steps=cfg.train.profile_steps,
-        profile_dir=f"{rt.stage_dir}/tb",
-    )
-    if int(jax.device_get(state.step)) == 0 and held_out:
-        rt.writer.write(0, eval_loss(state.params))
-    state = loop.run(
-        spec,
-        state=state,
-        step_fn=lambda s, b: step_fn(s, b, base_rng),
-        batches=batches(),
-        data_state=train.get_state,
-        manager=rt.manager,
-        writer=rt.writer,
-        eval_fn=(lambda s, step: eval_loss(s.params)) if held_out else None,
-    )
+    tokens = cfg.train.batch_size * cfg.train.seq_len
+    evaluate = eval_loss if held_out else None
+    state = loop.run_stage(cfg, rt, state, step_fn, batches(), train.get_state, tokens, evaluate)
     final = eval_loss(state.params)
     if final:
         rt.writer.write(cfg.train.steps, final)
