@@ -66,6 +66,7 @@ class Options:
     verifier_timeout_s: float = 30.0
     seed: int = 0
     skip_domains: tuple[str, ...] = ()  # suites whose prompts are all of these are skipped
+    sandbox_backend: str = "bwrap"  # where code suites run (docs/security.md)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -210,6 +211,16 @@ class Loaded:
     template: object
 
 
+def _code_sandbox(backend: str) -> None:
+    """Fails closed before a code suite runs without its sandbox (never a silent 0)."""
+    from nemocascade.rewards import sandbox
+
+    try:
+        sandbox.configure(backend, needed=True)
+    except sandbox.SandboxUnavailable as e:
+        raise suites_lib.SuiteError(f"--sandbox_backend={backend}: {e}") from None
+
+
 def score_suites(opts: Options, loaded: Loaded | None = None):
     """(metrics, table rows) of every suite; samples from `loaded` unless reference mode.
 
@@ -225,6 +236,8 @@ def score_suites(opts: Options, loaded: Loaded | None = None):
         if {ex.domain for ex in suite.examples} <= set(opts.skip_domains):
             continue
         examples = suite.examples[: opts.limit or None]
+        if any(ex.domain == "code" for ex in examples):
+            _code_sandbox(opts.sandbox_backend)
         if opts.completions_from == "model":
             runs = [(m, opts.n, *_sample(opts, examples, m, loaded)) for m in opts.modes]
         else:
@@ -262,6 +275,7 @@ def stage_cells(cfg, tok, template, mesh, rules, params, skip_domains=()) -> dic
         verifier_workers=cfg.rl.verifier_workers,
         verifier_timeout_s=cfg.rl.verifier_timeout_s,
         skip_domains=tuple(skip_domains),
+        sandbox_backend=cfg.sandbox.backend,
     )
     if not opts.suites:
         return {}
@@ -327,6 +341,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("verifier_workers", 2, "Verifier pool processes.")
     flags.DEFINE_float("verifier_timeout_s", 30.0, "Per-sample verifier timeout.")
     flags.DEFINE_integer("seed", 0, "Sampling seed.")
+    flags.DEFINE_enum("sandbox_backend", "bwrap", ("bwrap", "rlimit"), "Code suites' sandbox.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -353,6 +368,7 @@ def main(argv: Sequence[str]) -> None:
         verifier_workers=f.verifier_workers,
         verifier_timeout_s=f.verifier_timeout_s,
         seed=f.seed,
+        sandbox_backend=f.sandbox_backend,
     )
     from nemocascade import generate
 

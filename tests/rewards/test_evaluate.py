@@ -285,3 +285,15 @@ def test_eval_suites_config_and_stage_cells():
         assert 0 < cells[f"{suite}/instruct/mean_len"] <= 6
     skipped = evaluate.stage_cells(*args, mesh, rules, params, skip_domains=("math",))
     assert not any(k.startswith("math/") for k in skipped) and "if/instruct/pass@1" in skipped
+
+
+def test_code_suites_fail_closed_without_their_sandbox(monkeypatch):
+    from nemocascade.rewards.sandbox import jail
+
+    def unavailable():
+        raise jail.SandboxUnavailable("bubblewrap is not installed")
+
+    monkeypatch.setattr(jail, "selected_backend", unavailable)
+    opts = evaluate.Options(suites=("humaneval",), completions_from="reference", limit=2)
+    with pytest.raises(suites.SuiteError, match="--sandbox_backend=bwrap: bubblewrap"):
+        evaluate.score_suites(opts)
