@@ -8,6 +8,9 @@ finished last unless `--stage`; a directory holding `export/` is served
 itself), then serves them on `--host:--port` until interrupted. Thinking
 budgets per `reasoning_effort` come from `--budget_low/medium/high`
 (-1 = unlimited); requests without an effort use `--default_effort`.
+`--warmup_prompt_tokens=N` compiles the decode ahead for prompts up to N
+tokens at every batch bucket (default sampling and `--max_tokens`); other
+shapes compile on first use (seconds each on CPU).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from nemocascade import config as config_lib, generate
@@ -46,7 +50,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--max_tokens", type=int, default=256, help="Default completion length.")
     p.add_argument("--max_batch", type=int, default=64, help="Rows per sampler call.")
     p.add_argument("--max_queue", type=int, default=256, help="Admitted requests; more get 503.")
-    p.add_argument("--batch_wait_ms", type=float, default=5.0, help="Wait to fill a batch.")
+    p.add_argument(
+        "--batch_wait_ms", type=float, default=20.0, help="Gap that ends a batch's collection."
+    )
+    p.add_argument(
+        "--warmup_prompt_tokens",
+        type=int,
+        default=0,
+        help="Compile at start for prompts up to this length (all batch buckets, default "
+        "sampling); 0 = compile on first use.",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -100,6 +113,17 @@ def load(args: argparse.Namespace) -> tuple[app_lib.Model, engine_lib.Engine]:
         batch_wait_s=args.batch_wait_ms / 1000,
         seed=args.seed,
     )
+    if args.warmup_prompt_tokens > 0:
+        t0 = time.perf_counter()
+        calls = engine.warmup(
+            model.mode(args.default_effort),
+            generate.method_from(args.temperature, args.top_p, args.top_k),
+            args.max_tokens,
+            args.warmup_prompt_tokens,
+        )
+        print(
+            f"compiled {calls} decode shapes in {time.perf_counter() - t0:.1f} s", file=sys.stderr
+        )
     return model, engine
 
 

@@ -1,8 +1,11 @@
 """A request queue that batches concurrent requests into one sampler call per batch.
 
 One worker thread owns the model. It takes the first waiting job, keeps
-collecting jobs for `batch_wait_s` (or until `max_batch` rows), and runs one
-`sampler.generate` call per group of compatible jobs:
+collecting jobs (`_collect`: under load, as many rows as the previous batch,
+then while they arrive less than `batch_wait_s` apart; at most `WAIT_CAP`
+gaps, `max_batch` rows; no wait after a batch of one job, so a lone client
+pays nothing), and runs one `sampler.generate`
+call per group of compatible jobs:
 
 * greedy jobs share one call whatever their seed (the argmax needs no RNG);
 * sampled jobs without a seed share one call per sampling method (the
@@ -44,6 +47,7 @@ import numpy as np
 from nemocascade.rollout import modes as modes_lib, sampler, sampling
 
 MIN_TOKENS_BUCKET = 16
+WAIT_CAP = 10  # a batch collects for at most this many `batch_wait_s` gaps
 
 
 class QueueFull(RuntimeError):
@@ -145,10 +149,12 @@ class Engine:
         self.max_batch, self.max_queue, self.batch_wait_s = max_batch, max_queue, batch_wait_s
         self._key = jax.random.key(seed)
         self._calls = 0
+        self._last_jobs = 0  # jobs in the previous batch: >1 means concurrent load
+        self._last_rows = 0
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._lock = threading.Lock()
         self.active = 0  # admitted, unreleased requests
-        self.stats = {"calls": 0, "rows": 0, "jobs": 0, "skipped": 0, "tokens": 0}
+        self.stats = {"calls": 0, "rows": 0, "jobs": 0, "skipped": 0, "tokens": 0, "busy_s": 0.0}
         self._thread = threading.Thread(target=self._loop, name="serve-engine", daemon=True)
         self._thread.start()
 
@@ -164,6 +170,25 @@ class Engine:
             self.active -= 1
 
     # Work ------------------------------------------------------------------
+    def warmup(
+        self, mode: modes_lib.Mode, method: sampling.Method, max_tokens: int, prompt_len: int
+    ):
+        """Compiles the decode for every batch bucket up to `max_batch` and every prompt
+        bucket up to `prompt_len`, for one sampling method and `max_tokens` (the server's
+        defaults), before any request waits on a compile. Returns the number of calls."""
+        buckets = sorted({sampler.prompt_bucket(n) for n in range(1, prompt_len + 1)})
+        rows = sorted({sampler.batch_bucket(n) for n in range(1, self.max_batch + 1)})
+        calls = 0
+        for p in buckets:
+            room = self.max_seq_len - p
+            if room <= 0:
+                break
+            for b in rows:
+                length = tokens_bucket(min(max_tokens, room), room)
+                self._sample([[mode.stop_ids[0]] * p] * b, [mode] * b, method, length, self._key)
+                calls += 1
+        return calls
+
     def submit(self, job: Job) -> concurrent.futures.Future:
         """A future of `job.n` `Output`s; cancel it to drop a job that has not started."""
         if len(job.prompt_ids) + job.max_tokens > self.max_seq_len:
@@ -180,11 +205,25 @@ class Engine:
         self._thread.join(timeout=30)
 
     def _collect(self, first: _Pending) -> list[_Pending]:
+        """`first` and the jobs that follow it with gaps under `batch_wait_s`.
+
+        A burst (clients answered together send their next requests together)
+        becomes one call instead of a small one and a large one: under load
+        the batch waits for the previous batch's row count, then while jobs
+        keep arriving less than `batch_wait_s` apart, at most `WAIT_CAP` gaps
+        in all. After a batch of one job (no concurrent load) nothing waits:
+        the batch is whatever is queued already.
+        """
         batch, rows = [first], first.job.n
-        deadline = time.monotonic() + self.batch_wait_s
+        wait = self.batch_wait_s if self._last_jobs > 1 else 0.0
+        deadline = time.monotonic() + WAIT_CAP * wait
         while rows < self.max_batch:
+            left = deadline - time.monotonic()
+            # Under load, wait for as many rows as last time (the clients it
+            # answered come back), then for gaps shorter than `batch_wait_s`.
+            gap = left if rows < self._last_rows else min(wait, left)
             try:
-                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                item = self._queue.get(timeout=gap) if gap > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break
             if item is None:  # close(): finish this batch, then stop
@@ -199,8 +238,10 @@ class Engine:
             first = self._queue.get()
             if first is None:
                 return
+            batch = self._collect(first)
+            self._last_jobs, self._last_rows = len(batch), sum(p.job.n for p in batch)
             live = []
-            for p in self._collect(first):
+            for p in batch:
                 if p.future.set_running_or_notify_cancel():
                     live.append(p)
                 else:
@@ -232,7 +273,9 @@ class Engine:
         else:
             rng = jax.random.fold_in(self._key, self._calls)
         self._calls += 1
+        t0 = time.perf_counter()
         rollout = self._sample(prompts, modes, first.method, length, rng)
+        self.stats["busy_s"] += time.perf_counter() - t0
         rows = []
         for i, limit in enumerate(limits):
             n = int(rollout.lengths[i])
