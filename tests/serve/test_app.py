@@ -7,6 +7,7 @@ import pytest
 from nemocascade import generate
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.rollout import modes, sampling
+from nemocascade.serve import cli
 from tests.serve import helpers
 
 PROMPT = [{"role": "user", "content": "Compute 12 + 30."}]
@@ -117,7 +118,15 @@ def _joined(stream):
 @pytest.mark.parametrize("effort", ["low", "none"])
 def test_stream_equals_non_stream_for_the_same_seed(served, effort):
     client = served.client()
-    kw = dict(model="sft", messages=PROMPT, max_tokens=16, seed=7, n=2, reasoning_effort=effort)
+    kw = dict(
+        model="sft",
+        messages=PROMPT,
+        max_tokens=16,
+        seed=7,
+        n=2,
+        reasoning_effort=effort,
+        stop=["e", "a"],  # deltas never show a stop string's start and take it back
+    )
     whole = client.chat.completions.create(**kw, **SAMPLED)
     again = client.chat.completions.create(**kw, **SAMPLED)
     assert whole.choices == again.choices  # the seed fixes the sample
@@ -214,3 +223,15 @@ def test_malformed_json_unknown_route_and_client_errors(served):
     assert e.value.code == "context_length_exceeded"
     # The server is still up and every slot is free again.
     assert httpx.get(f"{served.url}/health").json()["active"] == 0
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--workdir=/nonexistent"], "serve: --workdir=/nonexistent does not exist"),
+        (["--workdir=/tmp", "--budget_low=-2"], "--budget_low must be >= 0 or -1"),
+    ],
+)
+def test_cli_usage_errors_name_the_flag(flags, match):
+    with pytest.raises(SystemExit, match=match):
+        cli.main(flags)
