@@ -11,10 +11,10 @@ call per group of compatible jobs:
 * sampled jobs without a seed share one call per sampling method (the
   method is static in the sampler's compiled decode), with an RNG drawn from
   the engine's counter;
-* a sampled job with a seed runs alone, its `n` rows in one call with
-  `jax.random.key(seed)`, so the same request always gets the same tokens
-  (the sampler draws one noise array for the whole batch, so a row's sample
-  would otherwise depend on its neighbours).
+* a sampled job with a seed runs alone, its `n` rows in one call with a
+  key made from the seed (`seed_key`), so the same request always gets the
+  same tokens (the sampler draws one noise array for the whole batch, so a
+  row's sample would otherwise depend on its neighbours).
 
 Rows of one call may ask for different `max_tokens`: the call decodes for
 the largest (rounded up to a power of two so compiles stay bounded) and each
@@ -110,6 +110,12 @@ def sampler_fn(params, model_cfg, pad_id: int, mesh=None, rules=None) -> SampleF
 def tokens_bucket(max_tokens: int, room: int) -> int:
     """Decode length of a call: a power of two >= max_tokens, at most `room`."""
     return min(max(MIN_TOKENS_BUCKET, 1 << max(max_tokens - 1, 0).bit_length()), room)
+
+
+def seed_key(seed: int) -> jax.Array:
+    """A key for any 64-bit seed (OpenAI's `seed` is any integer; keys take 31 bits)."""
+    low, high = seed & 0x7FFFFFFF, (seed >> 31) & 0x7FFFFFFF
+    return jax.random.fold_in(jax.random.key(low), high)
 
 
 def group_key(job: Job, index: int) -> tuple:
@@ -269,7 +275,7 @@ class Engine:
         length = tokens_bucket(max(limits), room)
         first = jobs[0]
         if isinstance(first.method, sampling.Sample) and first.seed is not None:
-            rng = jax.random.key(first.seed)
+            rng = seed_key(first.seed)
         else:
             rng = jax.random.fold_in(self._key, self._calls)
         self._calls += 1

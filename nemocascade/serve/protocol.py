@@ -19,8 +19,10 @@ unfinished think block is all reasoning, `content` null); instruct mode has
 no `reasoning_content` and `content` is everything generated. `stop`
 strings cut `content` (the reasoning is never cut). `usage` counts prompt
 tokens once and every generated token of every choice (stop and forced
-think-close tokens included); `completion_tokens_details.reasoning_tokens`
-counts the think block up to `</think>`.
+think-close tokens included, and tokens past a `stop` string: generation
+runs to a stop token or `max_tokens`, strings are cut afterwards);
+`completion_tokens_details.reasoning_tokens` counts the think block up to
+`</think>`.
 """
 
 from __future__ import annotations

@@ -145,7 +145,13 @@ def test_stream_equals_non_stream_for_the_same_seed(served, effort):
 
 def test_n_choices_are_independent_samples(served):
     r = served.client().chat.completions.create(
-        model="sft", messages=PROMPT, max_tokens=16, n=4, seed=3, reasoning_effort="none", **SAMPLED
+        model="sft",
+        messages=PROMPT,
+        max_tokens=16,
+        n=4,
+        seed=2**40 + 3,
+        reasoning_effort="none",
+        **SAMPLED,
     )
     assert [c.index for c in r.choices] == [0, 1, 2, 3]
     assert len({c.message.content for c in r.choices}) > 1
