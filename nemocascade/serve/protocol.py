@@ -14,8 +14,10 @@ default effort. Asking for both thinking off and an effort other than
 `none` is a 400.
 
 Responses carry the thinking as `reasoning_content` beside `content`, as
-vLLM's reasoning parser does: thinking mode splits at `</think>` (an
-unfinished think block is all reasoning, `content` null); instruct mode has
+vLLM's reasoning parser does: thinking mode splits as the project's own
+parser does (`rewards.base.split_thinking`: at `</think>`; an unfinished
+think block is all reasoning with `content` null; output with no think tag
+at all is content, with empty reasoning); instruct mode has
 no `reasoning_content` and `content` is everything generated. `stop`
 strings cut `content` (the reasoning is never cut). `usage` counts prompt
 tokens once and every generated token of every choice (stop and forced
