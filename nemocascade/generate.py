@@ -31,7 +31,7 @@ from absl import flags
 from nemocascade import checkpointing, cli, config as config_lib
 from nemocascade.data import chat_template, jinja_template, text
 from nemocascade.model import presets, transformer
-from nemocascade.rollout import modes as modes_lib, sampler, sampling
+from nemocascade.rollout import completions, modes as modes_lib, sampling
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import state as state_lib
 
@@ -131,10 +131,8 @@ def load(workdir: str, stage: str | None, preset: str | None = None):
 
 
 def method_from(temperature: float, top_p: float, top_k: int) -> sampling.Method:
-    if temperature == 0:
-        return sampling.Greedy()
     try:
-        return sampling.Sample(temperature=temperature, top_k=top_k, top_p=top_p)
+        return completions.method_from(temperature, top_p, top_k)
     except ValueError as e:
         raise UsageError(f"--temperature/--top_p/--top_k: {e}") from None
 
@@ -150,56 +148,7 @@ def read_records(path: str) -> list[dict]:
     return records
 
 
-def _messages(record: dict) -> list[dict]:
-    return record.get("messages") or [{"role": "user", "content": record["prompt"]}]
-
-
-def complete(
-    params,
-    cfg,
-    tok,
-    records: Sequence[dict],
-    mode: modes_lib.Mode,
-    *,
-    method,
-    max_new_tokens,
-    batch_size,
-    seed,
-    mesh,
-    rules,
-) -> list[dict]:
-    """Each record plus its completion fields, sampled in chunks of `batch_size`."""
-    out = []
-    for start in range(0, len(records), batch_size):
-        chunk = records[start : start + batch_size]
-        prompts = [mode.prompt(tok, _messages(r)) for r in chunk]
-        rollout = sampler.generate(
-            params,
-            cfg,
-            prompts,
-            method=method,
-            max_new_tokens=max_new_tokens,
-            rng=jax.random.fold_in(jax.random.key(seed), start),
-            pad_id=tok.pad_id,
-            mesh=mesh,
-            rules=rules,
-            **modes_lib.sampler_kwargs([mode] * len(chunk)),
-        )
-        for j, record in enumerate(chunk):
-            n = int(rollout.lengths[j])
-            parsed = mode.parser(rollout.completion_tokens[j, :n])
-            out.append(
-                {
-                    **record,
-                    "completion": parsed["completion"],
-                    "thinking": parsed["thinking"],
-                    "answer": parsed["answer"],
-                    "num_tokens": n,
-                    "token_ids": [int(t) for t in rollout.completion_tokens[j, :n]],
-                    "truncated": bool(rollout.truncated[j]),
-                }
-            )
-    return out
+complete = completions.complete  # the library function; generate is its command line
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -264,10 +213,10 @@ def run(args) -> list[dict]:
             mode_switch=args.mode_switch,
         )
         text.check_model(tok, template, cfg, (args.mode,))
-    except config_lib.ConfigError as e:
+    except text.TextError as e:
         raise UsageError(str(e).replace("config.data.", "--")) from None
     mode = modes_lib.get(args.mode, tok, template, args.thinking_budget)
-    longest = max(len(mode.prompt(tok, _messages(r))) for r in records)
+    longest = max(len(mode.prompt(tok, completions.messages_of(r))) for r in records)
     if longest + args.max_new_tokens > cfg.max_seq_len:
         raise UsageError(
             f"--max_new_tokens={args.max_new_tokens} + longest prompt ({longest} tokens) "

@@ -24,13 +24,11 @@ message naming the fields.
 
 from __future__ import annotations
 
-import logging
 from typing import NamedTuple
 
 import jax
 from etils import epath
 
-from nemocascade import config as config_lib
 from nemocascade.data import chat_template, hf_tokenizer, jinja_template, tokenizer as tokenizer_lib
 
 BUILTIN = "builtin"
@@ -40,6 +38,10 @@ FILES = (
     hf_tokenizer.CHAT_TEMPLATE_FILE,
 )
 THINK_TOKENS = (tokenizer_lib.THINK_OPEN, tokenizer_lib.THINK_CLOSE)
+
+
+class TextError(ValueError):
+    """The tokenizer or template cannot serve this run; the message names the setting."""
 
 
 class Text(NamedTuple):
@@ -79,7 +81,7 @@ def load_tokenizer(spec: str, init_from: str = "", checkpoint_field="config.init
             directory = path if path.is_dir() else path.parent
             tok, source = hf_tokenizer.HFTokenizer.load(path), str(directory)
         except (FileNotFoundError, ValueError) as e:
-            raise config_lib.ConfigError(f"{field}: {e}") from None
+            raise TextError(f"{field}: {e}") from None
     if spec:
         check_same(tok, init_from, checkpoint_field, f"config.data.tokenizer={spec!r}")
     return tok, source
@@ -94,13 +96,13 @@ def load_template(
     if spec:
         path, origin = epath.Path(spec), f"config.data.chat_template={spec!r}"
         if not path.exists():
-            raise config_lib.ConfigError(f"{origin}: no such file")
+            raise TextError(f"{origin}: no such file")
         text = path.read_text()
     else:
         origin = f"of the tokenizer at {source}"
         text = hf_tokenizer.chat_template_source(source)
         if text is None:
-            raise config_lib.ConfigError(
+            raise TextError(
                 f"the tokenizer at {source} has no chat_template (tokenizer_config.json or "
                 f"chat_template.jinja): set config.data.chat_template to a .jinja file or 'builtin'"
             )
@@ -113,7 +115,7 @@ def load_template(
             origin=origin,
         )
     except ValueError as e:
-        raise config_lib.ConfigError(f"config.data.chat_template: {e}") from None
+        raise TextError(f"config.data.chat_template: {e}") from None
 
 
 def check_same(tok, other_dir: str, what: str, field: str) -> None:
@@ -128,7 +130,7 @@ def check_same(tok, other_dir: str, what: str, field: str) -> None:
             if tok.name == BUILTIN
             else tok.name
         )
-        raise config_lib.ConfigError(
+        raise TextError(
             f"{what}={other_dir} carries the tokenizer {stored.name} (at {d}), but "
             f"{field} gives {theirs}: token ids would index unrelated embedding rows. "
             "Leave config.data.tokenizer empty to use the checkpoint's, or point it at the same "
@@ -139,7 +141,7 @@ def check_same(tok, other_dir: str, what: str, field: str) -> None:
 def check_model(tok, template, model, modes) -> None:
     """Vocabulary fits the embedding; the thinking mode has its tokens."""
     if tok.vocab_size > model.vocab_size:
-        raise config_lib.ConfigError(
+        raise TextError(
             f"config.model.vocab_size={model.vocab_size} is smaller than the tokenizer's "
             f"vocabulary ({tok.vocab_size} ids, {tok.name})"
         )
@@ -151,66 +153,12 @@ def check_model(tok, template, model, modes) -> None:
             except KeyError:
                 missing.append(t)
         if missing:
-            raise config_lib.ConfigError(
+            raise TextError(
                 f"the thinking mode needs the tokens {missing}, which the tokenizer "
                 f"({tok.name}) lacks; use instruct mode only (config.data.modes / "
                 f"config.rl.mode / config.eval.modes) or a tokenizer with them"
             )
     del template
-
-
-def check_sources(cfg: config_lib.Config) -> None:
-    """Without the task world (`:8b`/`:14b`), a run needs its data and its checkpoint."""
-    if cfg.data.task_world:
-        return
-    if not cfg.data.files:
-        raise config_lib.ConfigError(
-            "config.data.files is empty: with config.data.task_world=False (the :8b/:14b "
-            "variants) a run trains on your records (docs/data.md), e.g. "
-            "--config.data.files=/data/train.jsonl (--config.data.task_world=True: the toy world)"
-        )
-    if not cfg.init.init_from and not cfg.init.resume_from:
-        raise config_lib.ConfigError(
-            "config.init.init_from is empty: a real-model run starts from a converted "
-            "checkpoint (python -m nemocascade.convert --from_hf=HF_DIR --to=CKPT, then "
-            "--config.init.init_from=CKPT)"
-        )
-
-
-def modes_in_use(cfg: config_lib.Config) -> set[str]:
-    rl_modes = {"half_half": {"thinking", "instruct"}}.get(cfg.rl.mode, {cfg.rl.mode})
-    eval_modes = set(cfg.eval.modes) if cfg.eval.num_per_domain > 0 else set()
-    if cfg.stage == "sft":
-        return set(cfg.data.modes) | eval_modes
-    return rl_modes | eval_modes
-
-
-def for_config(cfg: config_lib.Config, stage_dir: str | None = None) -> Text:
-    """The run's tokenizer and template; copies the tokenizer files into `stage_dir`.
-
-    Checked against `init.init_from` and, on a rerun, `stage_dir`'s own copy.
-    """
-    d = cfg.data
-    init_from = cfg.init.init_from
-    check_sources(cfg)
-    tok, source = load_tokenizer(d.tokenizer, init_from)
-    if stage_dir is not None:
-        field = f"config.data.tokenizer={d.tokenizer or '(default)'}"
-        check_same(tok, stage_dir, "the stage directory", field)
-    template = load_template(
-        d.chat_template, source, tok=tok, style=d.template_style, mode_switch=d.mode_switch
-    )
-    check_model(tok, template, cfg.model, modes_in_use(cfg))
-    if stage_dir is not None and source != BUILTIN:
-        save(source, stage_dir, template)
-    logging.info(
-        "[%s] tokenizer %s (%s), chat template %s",
-        cfg.stage,
-        tok.name,
-        source,
-        getattr(template, "origin", "") or f"builtin {getattr(template, 'style', '')}",
-    )
-    return Text(tok, template, source)
 
 
 def save(source: str, stage_dir: str, template=None) -> None:

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from nemocascade import config as config_lib, generate
+from nemocascade import generate
 from nemocascade.data import chat_template, jinja_template, text
 from nemocascade.serve import app as app_lib, engine as engine_lib, protocol
 
@@ -89,7 +89,7 @@ def load(args: argparse.Namespace) -> tuple[app_lib.Model, engine_lib.Engine]:
             mode_switch=args.mode_switch,
         )
         text.check_model(tok, template, cfg, ("instruct", "thinking"))
-    except config_lib.ConfigError as e:
+    except text.TextError as e:
         raise generate.UsageError(str(e).replace("config.data.", "--")) from None
     model = app_lib.Model(
         name=args.served_model_name or os.path.basename(stage_dir.rstrip("/")),

@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from nemocascade import config as config_lib
 from nemocascade.data import chat_template, jinja_template, text
 from nemocascade.model import presets
 from tests.data import test_hf_tokenizer as hf_helpers
@@ -47,7 +46,7 @@ def test_thinking_without_think_tokens_fails(tmp_path):
     tok, source = text.load_tokenizer(str(d))
     model = presets.get_preset("tiny")
     text.check_model(tok, None, model, {"instruct"})  # instruct-only is fine
-    with pytest.raises(config_lib.ConfigError, match=r"thinking mode needs the tokens"):
+    with pytest.raises(text.TextError, match=r"thinking mode needs the tokens"):
         text.check_model(tok, None, model, {"thinking", "instruct"})
 
 
@@ -56,14 +55,14 @@ def test_template_errors_name_the_field(tmp_path):
     tok, source = text.load_tokenizer(str(d))
     no_prompt = tmp_path / "plain.jinja"
     no_prompt.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
-    with pytest.raises(config_lib.ConfigError, match=r"renders no generation prompt"):
+    with pytest.raises(text.TextError, match=r"renders no generation prompt"):
         text.load_template(str(no_prompt), source, tok=tok)
     broken = tmp_path / "broken.jinja"
     broken.write_text("{% for m in messages %}")
-    with pytest.raises(config_lib.ConfigError, match=r"config\.data\.chat_template.*line 1"):
+    with pytest.raises(text.TextError, match=r"config\.data\.chat_template.*line 1"):
         text.load_template(str(broken), source, tok=tok)
     (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
-    with pytest.raises(config_lib.ConfigError, match=r"has no chat_template"):
+    with pytest.raises(text.TextError, match=r"has no chat_template"):
         text.load_template("", source, tok=tok)
 
 
@@ -72,6 +71,6 @@ def test_a_different_tokenizer_than_the_checkpoints_fails(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     hf_helpers._build(other / "tokenizer.json", specials=["<|im_end|>", "<|im_start|>", "<pad>"])
-    with pytest.raises(config_lib.ConfigError, match=r"carries the tokenizer .* but"):
+    with pytest.raises(text.TextError, match=r"carries the tokenizer .* but"):
         text.load_tokenizer(str(other), str(ckpt))
     assert text.load_tokenizer(str(ckpt), str(ckpt))[1] == str(ckpt)

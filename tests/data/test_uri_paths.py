@@ -13,7 +13,7 @@ from etils import epath
 from etils.epath import testing as epath_testing
 
 from nemocascade import checkpointing, config as config_lib
-from nemocascade.data import pipelines, records, text
+from nemocascade.data import pipelines, records
 from nemocascade.model import presets
 from nemocascade.trainer.stages import common
 from tests.data import test_text
@@ -42,7 +42,7 @@ def test_uri_paths_round_trip(tmp_path, monkeypatch):
             model=presets.get_preset("tiny"),
             data=config_lib.DataConfig(files=(str(data),), tokenizer=str(tok_uri)),
         )
-        tok, template, src = text.for_config(cfg, stage)
+        tok, template, src = common.text_for(cfg, stage)
         assert src == str(tok_uri)
         assert epath.Path(stage, "tokenizer.json").exists()
         common.write_run_files(cfg, stage)

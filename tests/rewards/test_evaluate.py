@@ -12,7 +12,7 @@ import pytest
 from configs import stage2_medium
 from nemocascade import checkpointing, config as config_lib, evaluate
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
-from nemocascade.evaluation import suites
+from nemocascade.evaluation import benchmarks, suites
 from nemocascade.rewards import base
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.tasks import base as tasks_base
@@ -31,17 +31,17 @@ def _chen(n, c, k):
     [(5, 2, 1, 0.4), (5, 2, 2, 0.7), (5, 0, 3, 0.0), (5, 3, 3, 1.0), (10, 1, 10, 1.0)],
 )
 def test_pass_at_k_hand_values(n, c, k, value):
-    assert evaluate.pass_at_k(n, c, k) == pytest.approx(value)
-    assert evaluate.pass_at_k(n, c, k) == pytest.approx(_chen(n, c, k))
+    assert benchmarks.pass_at_k(n, c, k) == pytest.approx(value)
+    assert benchmarks.pass_at_k(n, c, k) == pytest.approx(_chen(n, c, k))
 
 
 def test_pass_at_k_matches_chen_everywhere_and_rejects_bad_arguments():
     for n in range(1, 12):
         for c in range(n + 1):
             for k in range(1, n + 1):
-                assert math.isclose(evaluate.pass_at_k(n, c, k), _chen(n, c, k), abs_tol=1e-12)
+                assert math.isclose(benchmarks.pass_at_k(n, c, k), _chen(n, c, k), abs_tol=1e-12)
     with pytest.raises(ValueError, match="k <= n"):
-        evaluate.pass_at_k(3, 1, 4)
+        benchmarks.pass_at_k(3, 1, 4)
 
 
 def test_suite_metrics_from_results():
@@ -49,7 +49,7 @@ def test_suite_metrics_from_results():
     scores = [1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0]
     results = [base.RewardResult(float(s)) for s in scores]
     lengths, trunc = np.arange(12.0), np.array([True] * 3 + [False] * 9)
-    values, passed = evaluate.suite_metrics("s/thinking", results, 4, (1, 2, 8), lengths, trunc)
+    values, passed = benchmarks.suite_metrics("s/thinking", results, 4, (1, 2, 8), lengths, trunc)
     assert passed == 5
     assert values == pytest.approx(
         {
@@ -78,7 +78,7 @@ def test_if_figures_strict_and_loose():
         "x",
         "y",
     ]
-    values = evaluate.if_figures("s/m", examples, completions, 3)
+    values = benchmarks.if_figures("s/m", examples, completions, 3)
     assert values == pytest.approx(
         {
             "s/m/prompt_level_strict_acc": 1 / 3,
@@ -87,7 +87,7 @@ def test_if_figures_strict_and_loose():
             "s/m/inst_level_loose_acc": 4 / 6,
         }
     )
-    assert evaluate.if_figures("s/m", examples[1:], completions[3:], 3) == {}
+    assert benchmarks.if_figures("s/m", examples[1:], completions[3:], 3) == {}
 
 
 def test_builtin_suites_offline():
@@ -104,8 +104,8 @@ def test_builtin_suites_offline():
 
 def test_reference_truncated_drops_the_last_code_line():
     ex = suites.humaneval().examples[2]
-    full = evaluate.reference_completion(ex, truncated=False)
-    cut = evaluate.reference_completion(ex, truncated=True)
+    full = benchmarks.reference_completion(ex, truncated=False)
+    cut = benchmarks.reference_completion(ex, truncated=True)
     assert full.endswith("```") and cut.endswith("```")
     code = [line for line in full.split("\n") if line.strip()]
     assert cut.split("\n")[:-1] == full.rstrip().split("\n")[: len(cut.split("\n")) - 1]
@@ -279,11 +279,11 @@ def test_eval_suites_config_and_stage_cells():
     params = helpers.random_params(helpers.TOY_MODEL_1K, head_scale=5.0)
     args = (cfg, tokenizer_lib.Tokenizer.load(), chat_template.DEFAULT)
     mesh, rules = mesh_lib.make_mesh((1, -1, 1)), rules_lib.get_rules("decode")
-    cells = evaluate.stage_cells(*args, mesh, rules, params)
+    cells = benchmarks.stage_cells(*args, mesh, rules, params)
     for suite in ("math", "if"):
         assert 0 <= cells[f"{suite}/instruct/pass@1"] <= 1
         assert 0 < cells[f"{suite}/instruct/mean_len"] <= 6
-    skipped = evaluate.stage_cells(*args, mesh, rules, params, skip_domains=("math",))
+    skipped = benchmarks.stage_cells(*args, mesh, rules, params, skip_domains=("math",))
     assert not any(k.startswith("math/") for k in skipped) and "if/instruct/pass@1" in skipped
 
 
@@ -296,4 +296,4 @@ def test_code_suites_fail_closed_without_their_sandbox(monkeypatch):
     monkeypatch.setattr(jail, "selected_backend", unavailable)
     opts = evaluate.Options(suites=("humaneval",), completions_from="reference", limit=2)
     with pytest.raises(suites.SuiteError, match="--sandbox_backend=bwrap: bubblewrap"):
-        evaluate.score_suites(opts)
+        benchmarks.score_suites(opts)

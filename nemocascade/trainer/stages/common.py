@@ -12,6 +12,7 @@ import jax
 from etils import epath
 
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
+from nemocascade.data import text
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import optimizer, state as state_lib
 
@@ -34,6 +35,69 @@ class Runtime:
     def close(self):
         self.manager.close()
         self.writer.close()
+
+
+def check_sources(cfg: config_lib.Config) -> None:
+    """Without the task world (`:8b`/`:14b`), a run needs its data and its checkpoint."""
+    if cfg.data.task_world:
+        return
+    if not cfg.data.files:
+        raise config_lib.ConfigError(
+            "config.data.files is empty: with config.data.task_world=False (the :8b/:14b "
+            "variants) a run trains on your records (docs/data.md), e.g. "
+            "--config.data.files=/data/train.jsonl (--config.data.task_world=True: the toy world)"
+        )
+    if not cfg.init.init_from and not cfg.init.resume_from:
+        raise config_lib.ConfigError(
+            "config.init.init_from is empty: a real-model run starts from a converted "
+            "checkpoint (python -m nemocascade.convert --from_hf=HF_DIR --to=CKPT, then "
+            "--config.init.init_from=CKPT)"
+        )
+
+
+def modes_in_use(cfg: config_lib.Config) -> set[str]:
+    rl_modes = {"half_half": {"thinking", "instruct"}}.get(cfg.rl.mode, {cfg.rl.mode})
+    eval_modes = set(cfg.eval.modes) if cfg.eval.num_per_domain > 0 else set()
+    if cfg.stage == "sft":
+        return set(cfg.data.modes) | eval_modes
+    return rl_modes | eval_modes
+
+
+def _resolve_text(cfg: config_lib.Config, stage_dir: str | None) -> text.Text:
+    d = cfg.data
+    init_from = cfg.init.init_from
+    check_sources(cfg)
+    tok, source = text.load_tokenizer(d.tokenizer, init_from)
+    if stage_dir is not None:
+        field = f"config.data.tokenizer={d.tokenizer or '(default)'}"
+        text.check_same(tok, stage_dir, "the stage directory", field)
+    template = text.load_template(
+        d.chat_template, source, tok=tok, style=d.template_style, mode_switch=d.mode_switch
+    )
+    text.check_model(tok, template, cfg.model, modes_in_use(cfg))
+    if stage_dir is not None and source != text.BUILTIN:
+        text.save(source, stage_dir, template)
+    logging.info(
+        "[%s] tokenizer %s (%s), chat template %s",
+        cfg.stage,
+        tok.name,
+        source,
+        getattr(template, "origin", "") or f"builtin {getattr(template, 'style', '')}",
+    )
+    return text.Text(tok, template, source)
+
+
+def text_for(cfg: config_lib.Config, stage_dir: str | None = None) -> text.Text:
+    """The run's tokenizer and chat template (`data/text.py`), checked against the config and
+    the checkpoint; copies the tokenizer files into `stage_dir`.
+
+    Checked against `init.init_from` and, on a rerun, `stage_dir`'s own copy; a
+    problem is a ConfigError naming the field, before anything compiles.
+    """
+    try:
+        return _resolve_text(cfg, stage_dir)
+    except text.TextError as e:
+        raise config_lib.ConfigError(str(e)) from None
 
 
 def stage_dir(workdir: str, stage: str) -> str:

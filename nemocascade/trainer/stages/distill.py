@@ -107,7 +107,10 @@ class MOPD:
         self._cfg, self._rt = cfg, rt
         dirs = teacher_dirs(cfg.rl)
         for domain, d in dirs.items():  # teachers share the student's tokenizer (C2 §4.4)
-            text.check_same(tok, d, f"the {domain} teacher", "the student's tokenizer")
+            try:
+                text.check_same(tok, d, f"the {domain} teacher", "the student's tokenizer")
+            except text.TextError as e:
+                raise config_lib.ConfigError(str(e)) from None
         self._teachers = teachers_lib.Teachers(
             cfg.model,
             dirs,

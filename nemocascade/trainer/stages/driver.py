@@ -21,7 +21,6 @@ from typing import Any, Protocol
 import jax
 
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
-from nemocascade.data import text
 from nemocascade.rollout import engine
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base
@@ -74,7 +73,7 @@ def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) 
     if checkpointing.is_done(stage_dir):
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
-    tok, template, _ = text.for_config(cfg, stage_dir)
+    tok, template, _ = common.text_for(cfg, stage_dir)
     rt = common.setup(cfg, workdir)
     state, data_state, _ = common.init_state(rt)
     stream = onpolicy.make_stream(cfg, data_state, tok, template)

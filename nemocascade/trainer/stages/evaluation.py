@@ -12,8 +12,8 @@ import os
 
 import jax
 
-from nemocascade import config as config_lib, evaluate
-from nemocascade.evaluation import matrix
+from nemocascade import config as config_lib
+from nemocascade.evaluation import benchmarks, matrix
 from nemocascade.sharding import rules as rules_lib
 
 
@@ -71,7 +71,7 @@ def write_matrix(cfg: config_lib.Config, tok, template, rt, params) -> dict[str,
         return {}
     metrics = matrix_cells(cfg, tok, template, rt, params, cfg.eval.domains)
     rules = rules_lib.get_rules("decode")  # benchmark suites (config.eval.suites), same keys
-    metrics.update(evaluate.stage_cells(cfg, tok, template, rt.mesh, rules, params))
+    metrics.update(benchmarks.stage_cells(cfg, tok, template, rt.mesh, rules, params))
     if jax.process_index() == 0:
         matrix.write(os.path.join(rt.stage_dir, "eval_matrix.json"), cfg.stage, metrics)
     logging.info(

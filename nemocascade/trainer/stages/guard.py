@@ -23,8 +23,8 @@ from typing import Any
 
 import jax
 
-from nemocascade import checkpointing, config as config_lib, evaluate
-from nemocascade.evaluation import report
+from nemocascade import checkpointing, config as config_lib
+from nemocascade.evaluation import benchmarks, report
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer.stages import common, evaluation
 
@@ -74,7 +74,7 @@ class ForgettingGuard:
         )
         keys = [report.headline_key(d, m) for d in self._domains for m in self._cfg.eval.modes]
         cells = {k: metrics[k] for k in keys if k in metrics}
-        suites = evaluate.stage_cells(  # benchmark suites of untrained domains
+        suites = benchmarks.stage_cells(  # benchmark suites of untrained domains
             self._cfg,
             self._tok,
             self._template,

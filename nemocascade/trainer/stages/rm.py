@@ -40,7 +40,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from nemocascade import checkpointing, config as config_lib
-from nemocascade.data import pipelines, text
+from nemocascade.data import pipelines
 from nemocascade.losses import reward_model as rm_loss
 from nemocascade.model import presets, reward_head
 from nemocascade.sharding import rules as rules_lib
@@ -312,7 +312,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
     opts = options(cfg)
-    tok, template, _ = text.for_config(cfg, stage_dir)
+    tok, template, _ = common.text_for(cfg, stage_dir)
     per_process = cfg.train.batch_size // jax.process_count()
     train = pipelines.preference_loader(
         tok,

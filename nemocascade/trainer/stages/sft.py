@@ -15,7 +15,7 @@ from typing import Any
 import jax
 
 from nemocascade import checkpointing, config as config_lib
-from nemocascade.data import chat_template, pipelines, text
+from nemocascade.data import chat_template, pipelines
 from nemocascade.losses import sft as sft_loss
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer import forward, loop, step as step_lib
@@ -102,7 +102,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     if checkpointing.is_done(stage_dir):
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
-    tok, template, _ = text.for_config(cfg, stage_dir)
+    tok, template, _ = common.text_for(cfg, stage_dir)
     train, held_out = loaders(cfg, tok, template)
     rt = common.setup(cfg, workdir)
     state, data_state, _ = common.init_state(rt)

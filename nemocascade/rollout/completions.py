@@ -1,0 +1,75 @@
+"""Completions of prompt records in one decoding mode, in fixed-size sampler batches.
+
+The library behind `generate`, `evaluate` and the benchmark suites: records
+are `{"prompt": str}` or `{"messages": [...]}` (a conversation ending with a
+user turn); each comes back with `completion`, `thinking`, `answer`,
+`num_tokens`, `token_ids` (the generated ids, stop token included) and
+`truncated`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+
+from nemocascade.rollout import modes as modes_lib, sampler, sampling
+
+
+def method_from(temperature: float, top_p: float, top_k: int) -> sampling.Method:
+    """Greedy at temperature 0, else sampling (ValueError on bad values)."""
+    if temperature == 0:
+        return sampling.Greedy()
+    return sampling.Sample(temperature=temperature, top_k=top_k, top_p=top_p)
+
+
+def messages_of(record: dict) -> list[dict]:
+    return record.get("messages") or [{"role": "user", "content": record["prompt"]}]
+
+
+def complete(
+    params,
+    cfg,
+    tok,
+    records: Sequence[dict],
+    mode: modes_lib.Mode,
+    *,
+    method,
+    max_new_tokens,
+    batch_size,
+    seed,
+    mesh,
+    rules,
+) -> list[dict]:
+    """Each record plus its completion fields, sampled in chunks of `batch_size`."""
+    out = []
+    for start in range(0, len(records), batch_size):
+        chunk = records[start : start + batch_size]
+        prompts = [mode.prompt(tok, messages_of(r)) for r in chunk]
+        rollout = sampler.generate(
+            params,
+            cfg,
+            prompts,
+            method=method,
+            max_new_tokens=max_new_tokens,
+            rng=jax.random.fold_in(jax.random.key(seed), start),
+            pad_id=tok.pad_id,
+            mesh=mesh,
+            rules=rules,
+            **modes_lib.sampler_kwargs([mode] * len(chunk)),
+        )
+        for j, record in enumerate(chunk):
+            n = int(rollout.lengths[j])
+            parsed = mode.parser(rollout.completion_tokens[j, :n])
+            out.append(
+                {
+                    **record,
+                    "completion": parsed["completion"],
+                    "thinking": parsed["thinking"],
+                    "answer": parsed["answer"],
+                    "num_tokens": n,
+                    "token_ids": [int(t) for t in rollout.completion_tokens[j, :n]],
+                    "truncated": bool(rollout.truncated[j]),
+                }
+            )
+    return out
