@@ -24,8 +24,16 @@ def _jsonl(path, lines):
         ("[1, 2]", "sft", r"a record must be a JSON object, got list"),
         ({"messages": []}, "sft", r"field 'messages': must be a non-empty list"),
         ({"messages": [{"role": "bot", "content": "x"}]}, "sft", r"field 'messages\[0\]\.role'"),
-        ({"messages": [{"role": "user", "content": "x"}]}, "sft", r"field 'messages': has no assistant turn"),
-        ({"prompt": 123, "domain": "math", "answer": "1"}, "rl", r"field 'prompt': must be a string"),
+        (
+            {"messages": [{"role": "user", "content": "x"}]},
+            "sft",
+            r"field 'messages': has no assistant turn",
+        ),
+        (
+            {"prompt": 123, "domain": "math", "answer": "1"},
+            "rl",
+            r"field 'prompt': must be a string",
+        ),
         ({"prompt": None, "domain": "math", "answer": "1"}, "rl", r"field 'prompt': missing"),
         ({"prompt": "2+2?", "domain": "poetry"}, "rl", r"field 'domain': must be one of"),
         ({"prompt": "2+2?", "domain": "math"}, "rl", r".*'answer'"),
