@@ -42,9 +42,7 @@ def _text_for(stage_dir: str, model_cfg, modes: Sequence[str]):
     from nemocascade.data import text
 
     try:
-        tok, source = text.load_tokenizer("", stage_dir)
-        template = text.load_template("", source, tok=tok)
-        text.check_model(tok, template, model_cfg, tuple(modes))
+        tok, template, _ = text.load(stage_dir, model_cfg, modes)
     except text.TextError as e:
         raise suites_lib.SuiteError(f"--workdir={stage_dir}: {e}") from None
     return tok, template

@@ -204,15 +204,15 @@ def run(args) -> list[dict]:
     records = [{"prompt": args.prompt}] if args.prompt is not None else read_records(args.input)
     params, cfg, mesh, rules, stage_dir = load(args.workdir, args.stage, args.preset)
     try:
-        tok, source = text.load_tokenizer(args.tokenizer or "", stage_dir)
-        template = text.load_template(
-            args.chat_template,
-            source,
-            tok=tok,
+        tok, template, _ = text.load(
+            stage_dir,
+            cfg,
+            (args.mode,),
+            tokenizer=args.tokenizer,
+            chat_template=args.chat_template,
             style=args.template_style,
             mode_switch=args.mode_switch,
         )
-        text.check_model(tok, template, cfg, (args.mode,))
     except text.TextError as e:
         raise UsageError(str(e).replace("config.data.", "--")) from None
     mode = modes_lib.get(args.mode, tok, template, args.thinking_budget)

@@ -118,6 +118,24 @@ def load_template(
         raise TextError(f"config.data.chat_template: {e}") from None
 
 
+def load(
+    checkpoint_dir: str,
+    model,
+    modes,
+    *,
+    tokenizer: str = "",
+    chat_template: str = "",
+    style: str = "c1",
+    mode_switch: str = "enable_thinking",
+) -> Text:
+    """The tokenizer and template for serving `checkpoint_dir` in `modes`, checked against
+    the model (what `generate`, `evaluate` and `serve` load; flags as in `data.*`)."""
+    tok, source = load_tokenizer(tokenizer, checkpoint_dir)
+    template = load_template(chat_template, source, tok=tok, style=style, mode_switch=mode_switch)
+    check_model(tok, template, model, tuple(modes))
+    return Text(tok, template, source)
+
+
 def check_same(tok, other_dir: str, what: str, field: str) -> None:
     """Fails unless the tokenizer stored at `other_dir` (if any) is `tok`'s."""
     d = tokenizer_dir(other_dir)

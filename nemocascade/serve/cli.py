@@ -80,15 +80,15 @@ def load(args: argparse.Namespace) -> tuple[app_lib.Model, engine_lib.Engine]:
     generate.method_from(args.temperature, args.top_p, args.top_k)  # checks the defaults
     params, cfg, mesh, rules, stage_dir = generate.load(args.workdir, args.stage, args.preset)
     try:
-        tok, source = text.load_tokenizer(args.tokenizer, stage_dir)
-        template = text.load_template(
-            args.chat_template,
-            source,
-            tok=tok,
+        tok, template, _ = text.load(
+            stage_dir,
+            cfg,
+            ("instruct", "thinking"),
+            tokenizer=args.tokenizer,
+            chat_template=args.chat_template,
             style=args.template_style,
             mode_switch=args.mode_switch,
         )
-        text.check_model(tok, template, cfg, ("instruct", "thinking"))
     except text.TextError as e:
         raise generate.UsageError(str(e).replace("config.data.", "--")) from None
     model = app_lib.Model(
