@@ -11,7 +11,7 @@ import pytest
 
 from configs import rlhf as rlhf_config, rm as rm_config
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
-from nemocascade.data import chat_template, tokenizer as tokenizer_lib
+from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_lib
 from nemocascade.model import reward_head, transformer
 from nemocascade.rollout import engine
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
@@ -271,3 +271,20 @@ def test_two_rlhf_steps_with_the_rm_reward(tmp_path):
     assert [r["step"] for r in steps] == [1, 2]
     assert all(math.isfinite(r["reward_mean"]) and math.isfinite(r["loss"]) for r in steps)
     assert checkpointing.is_done(str(tmp_path / "rlhf"))
+
+
+def test_rm_input_ids_are_the_same_in_training_and_scoring(rewarder, monkeypatch):
+    """The training pair rows and RLHF scoring build one layout, also when cut to length."""
+    r, _, _, tok = rewarder
+    seen = []
+    monkeypatch.setattr(r, "_score_bucket", lambda ids, length, rows: seen.extend(ids) or 0.0)
+    long_answer = f"<think>\nplan\n</think>\n\n{ANSWER * 40}"
+    pair = {"prompt": PROMPT, "chosen": ANSWER, "rejected": long_answer}
+    seq_len = r._buckets[-1]
+    row = pipelines._pair_row(tok, pair, seq_len, chat_template.DEFAULT, pipelines._Counter("t", 1))
+    r.score_texts([PROMPT, PROMPT], [ANSWER, long_answer])
+    for side, scored in zip(("chosen", "rejected"), seen, strict=True):
+        trained = row[f"{side}_tokens"][: row[f"{side}_last"] + 1].tolist()
+        assert trained == list(scored)
+        assert trained[-1] == tok.eos_id
+    assert len(seen[1]) == seq_len  # the over-long answer was cut, keeping its closing token
