@@ -1,11 +1,11 @@
 """Pieces every on-policy stage shares: prompt stream, student rollouts, NaN guard, finish.
 
-The RL stage (GRPO) and on-policy distillation (MOPD) differ only in how a
-sampled batch becomes a loss; drawing prompts, sampling the student on the
-training mesh, stopping on a non-finite reward, advantage or step (naming the
-last good checkpoint) and the end-of-stage hand-off (final checkpoint,
-own-domain eval, eval matrix, exported params + DONE) are the same, and live
-here so both stay in step with the cascade.
+The pieces of the on-policy driver (`stages/driver.py`), which runs RL (GRPO)
+and on-policy distillation (MOPD) alike: drawing prompts, sampling the student
+on the training mesh, the periodic log/checkpoint/eval, stopping on a
+non-finite reward, advantage or step (naming the last good checkpoint) and the
+end-of-stage hand-off (final checkpoint, own-domain eval, eval matrix,
+exported params + DONE).
 """
 
 from __future__ import annotations
