@@ -1,4 +1,8 @@
-"""The tokenizer and chat template of a run, resolved once from the config and the checkpoint.
+"""The tokenizer and chat template of a run or a checkpoint, and the checks they must pass.
+
+Library functions, free of the config (the stages call them through
+`trainer/stages/common.text_for`; `generate`, `evaluate` and `serve` through
+`load`). The settings, as the config's `data` section names them:
 
 `data.tokenizer`:
   ""        the tokenizer of the `init.init_from` checkpoint (`convert` copies
@@ -18,8 +22,8 @@
 Fail closed: a checkpoint (or the stage's own directory, on a rerun) that
 carries a different tokenizer, a vocabulary larger than the embedding, a
 thinking mode without `<think>` / `</think>` tokens, a template without a
-generation prompt: each stops the run before anything compiles, with a
-message naming the fields.
+generation prompt: each is a `TextError` naming the settings, raised before
+anything compiles.
 """
 
 from __future__ import annotations
