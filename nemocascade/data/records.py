@@ -22,6 +22,8 @@ memory streams. Paths are `etils.epath` paths (local, `gs://`, …).
 from __future__ import annotations
 
 import array
+import bisect
+import itertools
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -69,23 +71,49 @@ def _jsonl_rows(path: epath.Path) -> Iterator[tuple[int, int, Any]]:
             offset += len(line)
 
 
-def _arrow_tables(path: epath.Path, fmt: str):
-    """Iterates pyarrow record batches of a Parquet file or a saved dataset's Arrow files."""
+def _arrow_files(path: epath.Path) -> list[epath.Path]:
+    files = sorted(p for p in path.iterdir() if p.suffix == ".arrow")
+    if not files:
+        raise RecordError(f"{path}: a directory without .arrow files is not a saved dataset")
+    return files
+
+
+def _read_group(path: epath.Path, fmt: str, g: int):
+    """Row group `g` of a Parquet file, or Arrow file `g` of a saved dataset (a pyarrow Table)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if fmt == "parquet":
         with path.open("rb") as f:
-            reader = pq.ParquetFile(f)
-            for g in range(reader.num_row_groups):
-                yield reader.read_row_group(g)
-        return
-    files = sorted(p for p in path.iterdir() if p.suffix == ".arrow")
-    if not files:
-        raise RecordError(f"{path}: a directory without .arrow files is not a saved dataset")
-    for file in files:
-        with file.open("rb") as f:
-            yield pa.ipc.open_stream(f).read_all()
+            return pq.ParquetFile(f).read_row_group(g)
+    with _arrow_files(path)[g].open("rb") as f:
+        return pa.ipc.open_stream(f).read_all()
+
+
+def _num_groups(path: epath.Path, fmt: str) -> int:
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        with path.open("rb") as f:
+            return pq.ParquetFile(f).metadata.num_row_groups
+    return len(_arrow_files(path))
+
+
+def _group_rows(path: epath.Path, fmt: str) -> list[int]:
+    """Rows per group: from the Parquet footer, or by reading each Arrow file once."""
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        with path.open("rb") as f:
+            meta = pq.ParquetFile(f).metadata
+            return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    return [t.num_rows for t in _arrow_tables(path, fmt)]
+
+
+def _arrow_tables(path: epath.Path, fmt: str):
+    """Iterates the row groups (Parquet) or files (saved dataset) as pyarrow Tables."""
+    for g in range(_num_groups(path, fmt)):
+        yield _read_group(path, fmt, g)
 
 
 class Source:
@@ -113,16 +141,14 @@ class Source:
         return where, self._row(key)
 
     def _row(self, row: int) -> dict:
+        """One row, reading only its row group (the last group read stays in memory)."""
         if self._groups is None:
-            self._groups, start = [], 0
-            for table in _arrow_tables(epath.Path(self.path), self.format):
-                start += table.num_rows
-                self._groups.append(start)
-        g = next(n for n, end in enumerate(self._groups) if row < end)
+            self._groups = list(
+                itertools.accumulate(_group_rows(epath.Path(self.path), self.format))
+            )
+        g = bisect.bisect_right(self._groups, row)
         if self._cache is None or self._cache[0] != g:
-            tables = _arrow_tables(epath.Path(self.path), self.format)
-            table = next(t for n, t in enumerate(tables) if n == g)
-            self._cache = (g, table.to_pylist())
+            self._cache = (g, _read_group(epath.Path(self.path), self.format, g).to_pylist())
         first = self._groups[g - 1] if g else 0
         return self._cache[1][row - first]
 
