@@ -4,11 +4,10 @@ import json
 import pickle
 
 import pytest
-import tokenizers
-from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from nemocascade.data import chat_template, hf_tokenizer
 from nemocascade.tasks import base
+from tests.realdata import qwen3_fixture
 
 # Qwen3's control tokens, in its id order after the learned vocabulary.
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -26,19 +25,7 @@ EXAMPLE = base.Example(
 
 def _build(path, specials=SPECIALS, think=THINK):
     """A byte-level BPE `tokenizer.json` laid out as Qwen3's (specials added, not learned)."""
-    tok = tokenizers.Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        CORPUS,
-        trainers.BpeTrainer(
-            vocab_size=400,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        ),
-    )
-    tok.add_special_tokens(specials)
-    tok.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in think])
+    tok = qwen3_fixture.byte_level_bpe(CORPUS, 400, specials, think)
     tok.save(str(path))
     return tok
 

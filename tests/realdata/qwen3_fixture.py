@@ -47,20 +47,26 @@ SHAPE = dict(
 )
 
 
-def build_tokenizer(directory: pathlib.Path) -> tokenizers.Tokenizer:
+def byte_level_bpe(corpus, vocab_size: int, specials, think) -> tokenizers.Tokenizer:
+    """A byte-level BPE laid out as Qwen3's: control tokens added after the learned vocabulary."""
     tok = tokenizers.Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(
-        CORPUS,
+        corpus,
         trainers.BpeTrainer(
-            vocab_size=480,
+            vocab_size=vocab_size,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         ),
     )
-    tok.add_special_tokens(SPECIAL)
-    tok.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in THINK])
+    tok.add_special_tokens(list(specials))
+    tok.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in think])
+    return tok
+
+
+def build_tokenizer(directory: pathlib.Path) -> tokenizers.Tokenizer:
+    tok = byte_level_bpe(CORPUS, 480, SPECIAL, THINK)
     directory.mkdir(parents=True, exist_ok=True)
     tok.save(str(directory / "tokenizer.json"))
     config = {
