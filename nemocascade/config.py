@@ -291,8 +291,7 @@ def validate(cfg: Config) -> Config:
     _check(
         not t.profile_steps
         or (len(t.profile_steps) == 2 and 1 <= t.profile_steps[0] <= t.profile_steps[1]),
-        f"config.train.profile_steps={t.profile_steps}: expected START,END with "
-        "1 <= START <= END",
+        f"config.train.profile_steps={t.profile_steps}: expected START,END with 1 <= START <= END",
     )
     _check(
         t.wandb_mode in ("", "online", "offline", "disabled"),
