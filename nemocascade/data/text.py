@@ -136,7 +136,7 @@ def load(
     the model (what `generate`, `evaluate` and `serve` load; flags as in `data.*`)."""
     tok, source = load_tokenizer(tokenizer, checkpoint_dir)
     template = load_template(chat_template, source, tok=tok, style=style, mode_switch=mode_switch)
-    check_model(tok, template, model, tuple(modes))
+    check_model(tok, model, tuple(modes))
     return Text(tok, template, source)
 
 
@@ -160,7 +160,7 @@ def check_same(tok, other_dir: str, what: str, field: str) -> None:
         )
 
 
-def check_model(tok, template, model, modes) -> None:
+def check_model(tok, model, modes) -> None:
     """Vocabulary fits the embedding; the thinking mode has its tokens."""
     if tok.vocab_size > model.vocab_size:
         raise TextError(
@@ -180,7 +180,6 @@ def check_model(tok, template, model, modes) -> None:
                 f"({tok.name}) lacks; use instruct mode only (config.data.modes / "
                 f"config.rl.mode / config.eval.modes) or a tokenizer with them"
             )
-    del template
 
 
 def save(source: str, stage_dir: str, template=None) -> None:

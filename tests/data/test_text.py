@@ -45,9 +45,9 @@ def test_thinking_without_think_tokens_fails(tmp_path):
     d = _tok_dir(tmp_path, think=[])
     tok, source = text.load_tokenizer(str(d))
     model = presets.get_preset("tiny")
-    text.check_model(tok, None, model, {"instruct"})  # instruct-only is fine
+    text.check_model(tok, model, {"instruct"})  # instruct-only is fine
     with pytest.raises(text.TextError, match=r"thinking mode needs the tokens"):
-        text.check_model(tok, None, model, {"thinking", "instruct"})
+        text.check_model(tok, model, {"thinking", "instruct"})
 
 
 def test_template_errors_name_the_field(tmp_path):

@@ -74,7 +74,7 @@ def _resolve_text(cfg: config_lib.Config, stage_dir: str | None) -> text.Text:
     template = text.load_template(
         d.chat_template, source, tok=tok, style=d.template_style, mode_switch=d.mode_switch
     )
-    text.check_model(tok, template, cfg.model, modes_in_use(cfg))
+    text.check_model(tok, cfg.model, modes_in_use(cfg))
     if stage_dir is not None and source != text.BUILTIN:
         text.save(source, stage_dir, template)
     logging.info(
@@ -155,13 +155,18 @@ def run_record(mesh: jax.sharding.Mesh) -> dict:
     }
 
 
+def config_json(cfg: config_lib.Config) -> str:
+    """The resolved config as JSON (`config.json`; `config.from_dict` reads it back)."""
+    return json.dumps(dataclasses.asdict(cfg), indent=1, default=str)
+
+
 def write_run_files(cfg: config_lib.Config, directory: str, mesh=None) -> None:
     """`config.json` (the resolved config), `model_config.json` (the shape) and, with
     the mesh, `run.json` (`run_record`) of a stage; process 0 writes them."""
     if jax.process_index() != 0:
         return
     d = epath.Path(directory)
-    (d / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=1, default=str))
+    (d / CONFIG_FILE).write_text(config_json(cfg))
     model = json.dumps(dataclasses.asdict(cfg.model), indent=2)
     (d / config_lib.MODEL_CONFIG_FILE).write_text(model)
     if mesh is not None:
@@ -176,7 +181,7 @@ def wandb_settings(cfg: config_lib.Config) -> dict | None:
     settings = {
         "project": t.wandb_project,
         "name": cfg.stage,
-        "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
+        "config": json.loads(config_json(cfg)),
     }
     if t.wandb_mode:
         settings["mode"] = t.wandb_mode
@@ -196,7 +201,7 @@ def setup(cfg: config_lib.Config, workdir: str, total_steps: int | None = None) 
         os.path.join(directory, "checkpoints"), keep=cfg.train.keep_checkpoints
     )
     writer = metrics_lib.Writer(directory, wandb=wandb_settings(cfg))
-    writer.text("config", json.dumps(dataclasses.asdict(cfg), indent=1, default=str))
+    writer.text("config", config_json(cfg))
     logging.info(
         "[%s] model %.2fM params, mesh %s, rules %s, workdir %s",
         cfg.stage,
