@@ -26,6 +26,7 @@ import bisect
 import itertools
 import json
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -128,6 +129,8 @@ class Source:
         self._lines = array.array("q", lines)  # 1-based line (JSONL) or row numbers
         self._cache: tuple[int, list] | None = None
         self._groups: list[int] | None = None
+        self._file = None  # JSONL: one handle, opened on first read (a bucket: one connection)
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -135,10 +138,14 @@ class Source:
     def __getitem__(self, i: int) -> tuple[str, dict]:
         key, where = self._keys[i], f"{self.path}:{self._lines[i]}"
         if self.format == "jsonl":
-            with epath.Path(self.path).open("rb") as f:
-                f.seek(key)
-                return where, json.loads(f.readline())
-        return where, self._row(key)
+            with self._lock:
+                if self._file is None:
+                    self._file = epath.Path(self.path).open("rb")
+                self._file.seek(key)
+                line = self._file.readline()
+            return where, json.loads(line)
+        with self._lock:
+            return where, self._row(key)
 
     def _row(self, row: int) -> dict:
         """One row, reading only its row group (the last group read stays in memory)."""
