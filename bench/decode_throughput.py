@@ -3,7 +3,7 @@
     python bench/decode_throughput.py [--presets=tiny,small] [--batch=64] [--new_tokens=256]
 
 For each preset (random params, greedy, no stop token, so every row decodes
-all `new_tokens`): (1) `sampler.generate` end to end (prefill + while_loop
+all `new_tokens`): (1) `decoding.generate` end to end (prefill + while_loop
 decode + host transfer), timed after a compile run; (2) a naive decode that
 re-runs the full forward over the whole padded `[B, P + new_tokens]` buffer
 at every step and takes the logits of the current slot, jitted, same left
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nemocascade.model import presets, transformer
-from nemocascade.rollout import sampler, sampling
+from nemocascade.rollout import decoding, sampling_methods
 
 
 def random_params(cfg: presets.ModelConfig, seed: int = 0):
@@ -80,11 +80,11 @@ def bench_preset(name: str, batch: int, new_tokens: int, prompt_len: int, naive_
     ]
 
     def cached():
-        return sampler.generate(
+        return decoding.generate(
             params,
             cfg,
             prompts,
-            method=sampling.Greedy(),
+            method=sampling_methods.Greedy(),
             max_new_tokens=new_tokens,
             stop_ids=(),
             rng=jax.random.key(0),

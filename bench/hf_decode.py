@@ -26,7 +26,7 @@ import torch
 import transformers
 
 from nemocascade.model import hf_convert
-from nemocascade.rollout import sampler, sampling
+from nemocascade.rollout import decoding, sampling_methods
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
@@ -86,11 +86,11 @@ def main(argv=None) -> None:
     )
 
     def ours():
-        rollout = sampler.generate(
+        rollout = decoding.generate(
             params,
             cfg,
             prompts.tolist(),
-            method=sampling.Greedy(),
+            method=sampling_methods.Greedy(),
             max_new_tokens=args.new_tokens,
             stop_ids=[args.vocab],
             rng=jax.random.key(0),

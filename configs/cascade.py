@@ -36,7 +36,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             "forgetting_tolerance": 0.03,
             # True: each on-policy stage checks the cells it does not train at
             # every eval and stops at a drop over the tolerance, keeping the
-            # last passing params (nemocascade/trainer/stages/guard.py).
+            # last passing params (nemocascade/trainer/onpolicy/guard.py).
             "stop_on_forgetting": False,
             # Per-stage settings of this size, applied before `set`.
             "defaults": TINY_DEFAULTS if size == "tiny" else "",

@@ -30,7 +30,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             grad_clip=1.0,
         )
         c.train.update(
-            steps=400,
+            steps=480,
             batch_size=16,
             seq_len=256,
             log_every=20,
@@ -38,7 +38,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             checkpoint_every=200,
         )
         c.data.update(
-            num_examples=6000, pack=True, eval_examples=64, domain_weights=(3.0, 1.2, 1.6, 0.4)
+            num_examples=6000,
+            pack=True,
+            eval_examples=64,
+            domain_weights=(3.0, 1.2, 1.6, 0.4, 0.5),
         )
         if size == "small":
             c.train.update(steps=300, batch_size=16)

@@ -107,7 +107,7 @@ class EvalConfig:
     # added to the eval matrix as <suite>/<mode>/<metric> and to the forgetting guard.
     suites: tuple[str, ...] = ()
     # On-policy stages: > 0 checks the domains outside `rl.domains` at every
-    # `train.eval_every` against the stage's start (stages/guard.py).
+    # `train.eval_every` against the stage's start (trainer/onpolicy/guard.py).
     guard_tolerance: float = 0.0
     guard_stop: bool = False  # stop at a drop; finish with the last passing params
 

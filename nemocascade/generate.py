@@ -31,7 +31,7 @@ from absl import flags
 from nemocascade import checkpointing, cli, config as config_lib
 from nemocascade.data import chat_template, jinja_template, text
 from nemocascade.model import presets, transformer
-from nemocascade.rollout import completions, modes as modes_lib, sampling
+from nemocascade.rollout import completions, modes as modes_lib, sampling_methods
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import state as state_lib
 
@@ -130,7 +130,7 @@ def load(workdir: str, stage: str | None, preset: str | None = None):
     return checkpointing.load_params(params_dir, abstract), cfg, mesh, rules, stage_dir
 
 
-def method_from(temperature: float, top_p: float, top_k: int) -> sampling.Method:
+def method_from(temperature: float, top_p: float, top_k: int) -> sampling_methods.Method:
     try:
         return completions.method_from(temperature, top_p, top_k)
     except ValueError as e:

@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from nemocascade import config as config_lib
 from nemocascade.kernels.fused_logprob import api as fused_logprob_api
 from nemocascade.model import presets, transformer
-from nemocascade.rollout import sampler, sampling
+from nemocascade.rollout import decoding, sampling_methods
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import optimizer, state as state_lib, step as step_lib
 from nemocascade.trainer.stages import rl, sft
@@ -150,7 +150,7 @@ def abstract_cache(model, batch: int, length: int, mesh, rules):
 
 
 def lower_sampler(preset: str, mesh_shape):
-    """`sampler._decode_jit` as `sampler.generate` calls it, on abstract arrays."""
+    """`decoding._decode_jit` as `decoding.generate` calls it, on abstract arrays."""
     model = presets.get_preset(preset)
     mesh = mesh_lib.make_abstract_mesh(mesh_shape)
     decode_rules = rules_lib.get_rules("decode")
@@ -163,7 +163,7 @@ def lower_sampler(preset: str, mesh_shape):
         rules_lib.batch_sharding(mesh, decode_rules, 2),
         rules_lib.batch_sharding(mesh, decode_rules, 1),
     )
-    # (prompt, pad, live, thinking budget, answer budget): `sampler._HOST_ARGS`.
+    # (prompt, pad, live, thinking budget, answer budget): `decoding._HOST_ARGS`.
     host = (
         _sharded((b, p), jnp.int32, rows),
         _sharded((b,), jnp.int32, row),
@@ -173,21 +173,21 @@ def lower_sampler(preset: str, mesh_shape):
     )
     rep = NamedSharding(mesh, PartitionSpec())
     ids = {
-        "stop": _sharded((sampler.MAX_STOP_IDS,), jnp.int32, rep),
-        "close": _sharded((sampler.MAX_THINK_CLOSE_IDS,), jnp.int32, rep),
+        "stop": _sharded((decoding.MAX_STOP_IDS,), jnp.int32, rep),
+        "close": _sharded((decoding.MAX_THINK_CLOSE_IDS,), jnp.int32, rep),
         "num_close": _sharded((), jnp.int32, rep),
         "end": _sharded((), jnp.int32, rep),
     }
-    static = sampler._Static(
+    static = decoding._Static(
         model_cfg=model,
-        method=sampling.Sample(temperature=0.6, top_k=20, top_p=0.95),
+        method=sampling_methods.Sample(temperature=0.6, top_k=20, top_p=0.95),
         max_new_tokens=DECODE_NEW_TOKENS,
         pad_id=0,
         rules=decode_rules,
     )
     rng = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
     with jax.sharding.use_abstract_mesh(mesh):
-        traced = sampler._decode_jit.trace(params, cache, *host, ids, rng, static=static)
+        traced = decoding._decode_jit.trace(params, cache, *host, ids, rng, static=static)
         lowered = traced.lower(lowering_platforms=("tpu",))
     return lowered, params, cache
 

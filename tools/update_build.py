@@ -52,12 +52,15 @@ LAYERS: dict[str, list[str]] = {
     "nemocascade_evaluation": ["nemocascade_data", "nemocascade_io", "nemocascade_rollout", *_LOW],
     "nemocascade_trainer": ["nemocascade_config", "nemocascade_data", "nemocascade_evaluation"]
     + ["nemocascade_io", "nemocascade_losses", "nemocascade_rollout", *_KERNELS, *_LOW],
-    "nemocascade_trainer_stages": ["nemocascade_config", "nemocascade_data", "nemocascade_io"]
+    "nemocascade_trainer_onpolicy": ["nemocascade_config", "nemocascade_data", "nemocascade_io"]
     + ["nemocascade_evaluation", "nemocascade_losses", "nemocascade_rollout"]
     + ["nemocascade_trainer", *_LOW],
+    "nemocascade_trainer_stages": ["nemocascade_config", "nemocascade_data", "nemocascade_io"]
+    + ["nemocascade_evaluation", "nemocascade_losses", "nemocascade_rollout"]
+    + ["nemocascade_trainer", "nemocascade_trainer_onpolicy", *_LOW],
     TOOLS: ["nemocascade_config", "nemocascade_data", "nemocascade_evaluation", "nemocascade_io"]
     + ["nemocascade_losses", "nemocascade_rollout", "nemocascade_trainer"]
-    + ["nemocascade_trainer_stages", *_KERNELS, *_LOW],
+    + ["nemocascade_trainer_onpolicy", "nemocascade_trainer_stages", *_KERNELS, *_LOW],
     "nemocascade_serve": [TOOLS, "nemocascade_config", "nemocascade_data", "nemocascade_rollout"]
     + ["nemocascade_model", "nemocascade_sharding", "nemocascade_tasks"],
     "configs": ["nemocascade_config"],

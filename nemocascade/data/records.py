@@ -285,6 +285,8 @@ def rl_example(rec: dict, where: str) -> base.Example:
     """An RL / evaluation prompt record as an `Example` (payload in `meta`)."""
     messages = prompt_messages(rec, where)
     domain = rec.get("domain")
+    if domain is None and "golden_patch" in rec:
+        domain = "swe"  # the released SWE RL records (C1 [HF-SWE]) carry no domain field
     if domain not in base.DOMAINS:
         raise RecordError(_fmt(where, "domain", f"must be one of {base.DOMAINS}, got {domain!r}"))
     skip = ("prompt", "messages", "domain", "difficulty")

@@ -1,7 +1,7 @@
 """The tokenizer and chat template of a run or a checkpoint, and the checks they must pass.
 
 Library functions, free of the config (the stages call them through
-`trainer/stages/common.text_for`; `generate`, `evaluate` and `serve` through
+`trainer/stage_setup.text_for`; `generate`, `evaluate` and `serve` through
 `load`). The settings, as the config's `data` section names them:
 
 `data.tokenizer`:

@@ -11,6 +11,10 @@ levels, deterministic in `seed`. Keys, per domain d and mode m:
 * `d/m/pass@1`: greedy decoding, mean verifier score (math, code, if are 0/1);
   for chat, the fraction of answers whose gold rubric score is >= 0.75;
 * `chat/m/gold`: mean gold rubric score of the greedy answers;
+* `swe/m/pass@1` is the resolved rate (hidden tests executed on the patched
+  files); `swe/m/similarity` and `swe/m/reward` are the execution-free terms
+  of the same greedy patches (lexical similarity to the golden patch, and
+  C1's reward: -1 unparsable or not applicable, 0 no-op, else similarity);
 * `d/m/mean_len`: mean generated tokens; `d/m/truncated`: fraction without a stop token;
 * `d/m/mean@k` (k = `samples` > 0): mean score of k samples per prompt at
   `temperature`, top-p 0.95 (the paper's evaluation sampling); for chat the
@@ -35,11 +39,12 @@ import numpy as np
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.model import presets
 from nemocascade.rewards import pool as pool_lib, registry as rewards_registry
-from nemocascade.rollout import modes as modes_lib, sampler, sampling
+from nemocascade.rollout import decoding, modes as modes_lib, sampling_methods
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base, registry as tasks_registry
 
 CHAT_PASS = 0.75  # gold rubric score that counts as a pass
+SWE_TERMS = ("similarity", "reward")  # swe/<mode>/<term> beside the executed pass@1
 EVAL_TOP_P = 0.95
 
 
@@ -70,7 +75,7 @@ def _run(
     lengths = np.zeros(len(rows), np.int32)
     truncated = np.zeros(len(rows), bool)
     for c, chunk in enumerate(_chunks(order, batch_size)):
-        out = sampler.generate(
+        out = decoding.generate(
             params,
             model_cfg,
             [prompts[i] for i in chunk],
@@ -88,14 +93,21 @@ def _run(
     return ids, lengths, truncated
 
 
-def _scores(rows, examples, ids) -> np.ndarray:
-    """Gold verifier score of each row's completion (chat: the gold rubric value)."""
+def _scores(rows, examples, ids) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Gold verifier score of each row's completion (chat: the gold rubric value).
+
+    Also per row, the swe patches' execution-free terms (NaN on other rows):
+    `similarity` (lexical, unparsable 0) and `reward` (C1's: -1 / 0 / similarity).
+    """
     completions = [m.parser(x)["completion"] for m, x in zip(rows, ids, strict=True)]
     names = [rewards_registry.name_for_domain(ex.domain) for ex in examples]
     results = pool_lib.VerifierPool(num_workers=0).score(
         names, [ex.prompt for ex in examples], completions, list(examples)
     )
-    return np.asarray([r.score for r in results], np.float64)
+    extra = {k: [r.info.get(k, np.nan) for r in results] for k in SWE_TERMS}
+    return np.asarray([r.score for r in results], np.float64), {
+        k: np.asarray(v, np.float64) for k, v in extra.items()
+    }
 
 
 def evaluate(
@@ -136,13 +148,13 @@ def evaluate(
     kw = dict(max_new_tokens=max_new_tokens, batch_size=batch_size, mesh=mesh, rules=rules)
     rng = jax.random.key(seed)
     ids, lengths, truncated = _run(
-        params, model_cfg, tok, rows, prompts, method=sampling.Greedy(), rng=rng, **kw
+        params, model_cfg, tok, rows, prompts, method=sampling_methods.Greedy(), rng=rng, **kw
     )
-    greedy = _scores(rows, examples, ids)
+    greedy, swe_terms = _scores(rows, examples, ids)
     sampled = None
     if samples:
         rep = np.repeat(np.arange(len(rows)), samples)
-        method = sampling.Sample(temperature=temperature, top_p=EVAL_TOP_P)
+        method = sampling_methods.Sample(temperature=temperature, top_p=EVAL_TOP_P)
         s_ids, _, _ = _run(
             params,
             model_cfg,
@@ -153,7 +165,7 @@ def evaluate(
             rng=jax.random.fold_in(rng, 1),
             **kw,
         )
-        sampled = _scores([rows[i] for i in rep], [examples[i] for i in rep], s_ids)
+        sampled, _ = _scores([rows[i] for i in rep], [examples[i] for i in rep], s_ids)
         sampled = sampled.reshape(len(rows), samples).mean(-1)
 
     metrics: dict[str, float] = {}
@@ -167,6 +179,8 @@ def evaluate(
                 metrics[f"{key}/pass@1"] = float((greedy[sel] >= CHAT_PASS).mean())
             else:
                 metrics[f"{key}/pass@1"] = float(greedy[sel].mean())
+            if domain == "swe":
+                metrics.update({f"{key}/{k}": float(v[sel].mean()) for k, v in swe_terms.items()})
             metrics[f"{key}/mean_len"] = float(lengths[sel].mean())
             metrics[f"{key}/truncated"] = float(truncated[sel].mean())
             if sampled is not None:

@@ -149,7 +149,7 @@ def _plots(workdir: str, table, done) -> list[str]:
     return written
 
 
-RUN_FILE = "run.json"  # written by each stage at its start (trainer/stages/common.py)
+RUN_FILE = "run.json"  # written by each stage at its start (trainer/stage_setup.py)
 
 
 def _runs(workdir: str, stages: Sequence[str]) -> list[str]:

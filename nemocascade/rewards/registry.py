@@ -14,7 +14,7 @@ import functools
 import importlib
 import numbers
 
-from nemocascade.rewards import base, verifiers
+from nemocascade.rewards import base, swe_verifiers, verifiers
 
 _VERIFIERS: dict[str, base.Verifier] = {
     "math": verifiers.math,
@@ -22,8 +22,18 @@ _VERIFIERS: dict[str, base.Verifier] = {
     "if": verifiers.instruction_following,
     # The gold chat rubric judges RLHF and evaluation; it is never a training reward.
     "chat_gold": verifiers.chat_gold,
+    # SWE: the execution-free patch reward trains (C1 §4.7); the executed
+    # hidden tests (resolved rate) are the domain's gold verifier for evaluation.
+    "swe": swe_verifiers.swe,
+    "swe_resolved": swe_verifiers.swe_resolved,
 }
-_BY_DOMAIN = {"math": "math", "code": "code", "if": "if", "chat": "chat_gold"}
+_BY_DOMAIN = {
+    "math": "math",
+    "code": "code",
+    "if": "if",
+    "chat": "chat_gold",
+    "swe": "swe_resolved",
+}
 
 
 def names() -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from nemocascade.rewards import base, code_tests, math_answer
+from nemocascade.rewards import base, code_tests, math_answer, swe_verifiers
 from nemocascade.rewards.ifeval import scoring as ifeval_scoring
 from nemocascade.tasks import base as tasks_base, chat, instruction
 
@@ -149,7 +149,11 @@ def _if_payload_error(meta: dict) -> str | None:
     return None
 
 
-_PAYLOAD_ERRORS = {"math": _math_payload_error, "if": _if_payload_error}
+_PAYLOAD_ERRORS = {
+    "math": _math_payload_error,
+    "if": _if_payload_error,
+    "swe": swe_verifiers.payload_error,
+}
 
 
 def chat_gold(prompt: str, completion: str, example: tasks_base.Example) -> base.RewardResult:
@@ -165,5 +169,5 @@ def payload_error(domain: str, meta: dict) -> str | None:
     """Why `meta` is no verification payload for `domain` (a message naming the key), or None."""
     if domain == "code":
         return code_tests.payload_error(meta)
-    rule = _PAYLOAD_ERRORS.get(domain)  # math, if; chat has no payload
+    rule = _PAYLOAD_ERRORS.get(domain)  # math, if, swe; chat has no payload
     return None if rule is None else rule(meta)

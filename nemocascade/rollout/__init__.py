@@ -1,7 +1,8 @@
-"""Rollout engine: sampling methods, the KV-cache sampler, decoding modes, RL group sampling.
+"""Rollouts: sampling methods, the KV-cache decoder, decoding modes, RL group sampling.
 
-* `sampling`: `Greedy` / `Sample` and the pure `[B, V]` token chooser.
-* `sampler`: `generate` — prefill + `while_loop` decode over a donated cache.
+* `sampling_methods`: `Greedy` / `Sample` and the pure `[B, V]` token chooser.
+* `decoding`: `generate` — prefill + `while_loop` decode over a donated KV cache.
 * `modes`: instruct vs thinking as data (template, stops, budgets, parser).
-* `engine`: `sample_groups` — G samples per prompt as a trainer-ready batch.
+* `groups`: `sample_groups` — G samples per prompt as a trainer-ready `RolloutBatch`.
+* `completions`: completions of prompt records in one mode (generate, evaluate).
 """

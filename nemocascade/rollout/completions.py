@@ -13,14 +13,14 @@ from collections.abc import Sequence
 
 import jax
 
-from nemocascade.rollout import modes as modes_lib, sampler, sampling
+from nemocascade.rollout import decoding, modes as modes_lib, sampling_methods
 
 
-def method_from(temperature: float, top_p: float, top_k: int) -> sampling.Method:
+def method_from(temperature: float, top_p: float, top_k: int) -> sampling_methods.Method:
     """Greedy at temperature 0, else sampling (ValueError on bad values)."""
     if temperature == 0:
-        return sampling.Greedy()
-    return sampling.Sample(temperature=temperature, top_k=top_k, top_p=top_p)
+        return sampling_methods.Greedy()
+    return sampling_methods.Sample(temperature=temperature, top_k=top_k, top_p=top_p)
 
 
 def messages_of(record: dict) -> list[dict]:
@@ -46,7 +46,7 @@ def complete(
     for start in range(0, len(records), batch_size):
         chunk = records[start : start + batch_size]
         prompts = [mode.prompt(tok, messages_of(r)) for r in chunk]
-        rollout = sampler.generate(
+        rollout = decoding.generate(
             params,
             cfg,
             prompts,

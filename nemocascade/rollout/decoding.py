@@ -24,7 +24,7 @@ most `answer_budget` more tokens. A row finishes on a stop token, on an
 exhausted answer budget, or at `max_new_tokens`; `truncated` means it never
 produced a stop token.
 
-Log-probs are those of `sampling.choose` (the distribution actually sampled
+Log-probs are those of `sampling_methods.choose` (the distribution actually sampled
 from); forced tokens get the untruncated log-prob at the sampling temperature.
 """
 
@@ -42,7 +42,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from nemocascade.model import presets, transformer
-from nemocascade.rollout import sampling
+from nemocascade.rollout import sampling_methods
 from nemocascade.sharding import rules as rules_lib
 
 MIN_PROMPT_BUCKET = 16
@@ -82,7 +82,7 @@ class _Static:
     """Everything the compiled decode is specialised on besides array shapes."""
 
     model_cfg: presets.ModelConfig
-    method: sampling.Method
+    method: sampling_methods.Method
     max_new_tokens: int
     pad_id: int
     rules: rules_lib.Rules | None
@@ -142,7 +142,9 @@ def _decode(
             w_dv.astype(s.hidden_bd.dtype),
             preferred_element_type=jnp.float32,
         )
-        tok_b, lp_b = sampling.choose(logits_bv, static.method, jax.random.fold_in(rng, s.step))
+        tok_b, lp_b = sampling_methods.choose(
+            logits_bv, static.method, jax.random.fold_in(rng, s.step)
+        )
         active_b = ~s.done_b
         # Thinking budget: rows past it inside an open block emit the close ids.
         start_b = s.think_open_b & (s.step >= budget_b) & (s.force_pos_b < 0)
@@ -152,7 +154,7 @@ def _decode(
         forced_tok_b = close[jnp.clip(force_pos_b, 0, MAX_THINK_CLOSE_IDS - 1)]
         tok_b = jnp.where(forced_b, forced_tok_b, tok_b)
         lp_b = jnp.where(
-            forced_b, sampling.logprob_of(logits_bv, forced_tok_b, static.method), lp_b
+            forced_b, sampling_methods.logprob_of(logits_bv, forced_tok_b, static.method), lp_b
         )
         force_pos_b = force_pos_b + forced_b
         closed_b = forced_b & (force_pos_b == num_close)
@@ -271,7 +273,7 @@ def generate(
     model_cfg: presets.ModelConfig,
     prompts: Sequence[Sequence[int]],
     *,
-    method: sampling.Method,
+    method: sampling_methods.Method,
     max_new_tokens: int,
     stop_ids: Sequence[int],
     rng: jax.Array,

@@ -20,7 +20,7 @@ import numpy as np
 
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.model import presets
-from nemocascade.rollout import modes as modes_lib, sampler, sampling
+from nemocascade.rollout import decoding, modes as modes_lib, sampling_methods
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base
 
@@ -59,7 +59,7 @@ class RolloutBatch:
         return len(self.example_index)
 
 
-def trainer_batch(rollout: sampler.Rollout, pad_id: int = 0) -> dict[str, np.ndarray]:
+def trainer_batch(rollout: decoding.Rollout, pad_id: int = 0) -> dict[str, np.ndarray]:
     """The sampler's layout as next-token arrays `[N, P + M]` (see `RolloutBatch.batch`)."""
     prompt, completion = rollout.prompt_tokens, rollout.completion_tokens
     n, p = prompt.shape
@@ -95,7 +95,7 @@ def sample_groups(
     *,
     group_size: int,
     modes: str | Sequence[str],
-    method: sampling.Method,
+    method: sampling_methods.Method,
     max_new_tokens: int,
     rng: jax.Array,
     template: chat_template.Template = chat_template.DEFAULT,
@@ -119,7 +119,7 @@ def sample_groups(
     ]
     index = np.repeat(np.arange(len(examples), dtype=np.int32), group_size)
     rows = [by_name[names[i]] for i in index]
-    rollout = sampler.generate(
+    rollout = decoding.generate(
         params,
         model_cfg,
         [prompts[i] for i in index],

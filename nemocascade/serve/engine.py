@@ -4,7 +4,7 @@ One worker thread owns the model. It takes the first waiting job, keeps
 collecting jobs (`_collect`: under load, as many rows as the previous batch,
 then while they arrive less than `batch_wait_s` apart; at most `WAIT_CAP`
 gaps, `max_batch` rows; no wait after a batch of one job, so a lone client
-pays nothing), and runs one `sampler.generate`
+pays nothing), and runs one `decoding.generate`
 call per group of compatible jobs:
 
 * greedy jobs share one call whatever their seed (the argmax needs no RNG);
@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from nemocascade.rollout import modes as modes_lib, sampler, sampling
+from nemocascade.rollout import decoding, modes as modes_lib, sampling_methods
 
 MIN_TOKENS_BUCKET = 16
 WAIT_CAP = 10  # a batch collects for at most this many `batch_wait_s` gaps
@@ -61,7 +61,7 @@ class Job:
     Attributes:
       prompt_ids: the rendered prompt.
       mode: decoding mode (stop ids, thinking budget, parser).
-      method: `sampling.Greedy()` or `sampling.Sample(...)`.
+      method: `sampling_methods.Greedy()` or `sampling_methods.Sample(...)`.
       max_tokens: completion tokens allowed per row.
       n: rows (choices) to sample.
       seed: fixes the RNG of a sampled job; ignored by greedy jobs.
@@ -69,7 +69,7 @@ class Job:
 
     prompt_ids: tuple[int, ...]
     mode: modes_lib.Mode
-    method: sampling.Method
+    method: sampling_methods.Method
     max_tokens: int
     n: int = 1
     seed: int | None = None
@@ -83,15 +83,15 @@ class Output:
     truncated: bool
 
 
-# (prompts, modes, method, max_new_tokens, rng) -> sampler.Rollout
-SampleFn = Callable[..., sampler.Rollout]
+# (prompts, modes, method, max_new_tokens, rng) -> decoding.Rollout
+SampleFn = Callable[..., decoding.Rollout]
 
 
 def sampler_fn(params, model_cfg, pad_id: int, mesh=None, rules=None) -> SampleFn:
     """The sampler call of a loaded model (`generate.load`)."""
 
-    def sample(prompts, modes, method, max_new_tokens, rng) -> sampler.Rollout:
-        return sampler.generate(
+    def sample(prompts, modes, method, max_new_tokens, rng) -> decoding.Rollout:
+        return decoding.generate(
             params,
             model_cfg,
             prompts,
@@ -120,7 +120,7 @@ def seed_key(seed: int) -> jax.Array:
 
 def group_key(job: Job, index: int) -> tuple:
     """Jobs with equal keys share a sampler call (see the module docstring)."""
-    if isinstance(job.method, sampling.Greedy):
+    if isinstance(job.method, sampling_methods.Greedy):
         return (job.method,)
     if job.seed is not None:
         return (job.method, "seed", index)
@@ -177,13 +177,17 @@ class Engine:
 
     # Work ------------------------------------------------------------------
     def warmup(
-        self, mode: modes_lib.Mode, method: sampling.Method, max_tokens: int, prompt_len: int
+        self,
+        mode: modes_lib.Mode,
+        method: sampling_methods.Method,
+        max_tokens: int,
+        prompt_len: int,
     ):
         """Compiles the decode for every batch bucket up to `max_batch` and every prompt
         bucket up to `prompt_len`, for one sampling method and `max_tokens` (the server's
         defaults), before any request waits on a compile. Returns the number of calls."""
-        buckets = sorted({sampler.prompt_bucket(n) for n in range(1, prompt_len + 1)})
-        rows = sorted({sampler.batch_bucket(n) for n in range(1, self.max_batch + 1)})
+        buckets = sorted({decoding.prompt_bucket(n) for n in range(1, prompt_len + 1)})
+        rows = sorted({decoding.batch_bucket(n) for n in range(1, self.max_batch + 1)})
         calls = 0
         for p in buckets:
             room = self.max_seq_len - p
@@ -274,7 +278,7 @@ class Engine:
         room = self.max_seq_len - max(len(q) for q in prompts)
         length = tokens_bucket(max(limits), room)
         first = jobs[0]
-        if isinstance(first.method, sampling.Sample) and first.seed is not None:
+        if isinstance(first.method, sampling_methods.Sample) and first.seed is not None:
             rng = seed_key(first.seed)
         else:
             rng = jax.random.fold_in(self._key, self._calls)

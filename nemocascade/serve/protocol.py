@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from nemocascade.rollout import sampling
+from nemocascade.rollout import sampling_methods
 
 EFFORTS = ("none", "low", "medium", "high")
 ROLES = ("system", "user", "assistant")
@@ -89,7 +89,7 @@ def bad(param: str, message: str, code: str = "invalid_value") -> ApiError:
 class Sampling:
     """The sampling fields shared by both endpoints, checked."""
 
-    method: sampling.Method
+    method: sampling_methods.Method
     max_tokens: int | None
     stop: tuple[str, ...]
     seed: int | None
@@ -161,9 +161,9 @@ def parse_sampling(body: dict, defaults: dict) -> Sampling:
     top_k = _int(body, "top_k", defaults["top_k"], -1)
     top_k = 0 if top_k == -1 else top_k  # vLLM's "no top-k"
     method = (
-        sampling.Greedy()
+        sampling_methods.Greedy()
         if temperature == 0
-        else sampling.Sample(temperature=temperature, top_k=top_k, top_p=top_p)
+        else sampling_methods.Sample(temperature=temperature, top_k=top_k, top_p=top_p)
     )
     max_tokens = _int(body, "max_tokens", None, 1)
     max_tokens = _int(body, "max_completion_tokens", max_tokens, 1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-DOMAINS = ("math", "code", "if", "chat")
+DOMAINS = ("math", "code", "if", "chat", "swe")
 SPLITS = ("sft", "rl", "eval")
 MODES = ("thinking", "instruct")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import random
 
-from nemocascade.tasks import base, chat, code, instruction, math, splits
+from nemocascade.tasks import base, chat, code, instruction, math, splits, swe
 
-_MODULES = {"math": math, "code": code, "if": instruction, "chat": chat}
+_MODULES = {"math": math, "code": code, "if": instruction, "chat": chat, "swe": swe}
 _MAX_DRAWS = 2000
 _MAX_DUPLICATES = 20
 

@@ -26,7 +26,7 @@ ORDERS = {
     "c1": ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long"),
     "c2": ("sft", "stage1_short", "stage2_medium", "mopd", "rm", "rlhf", "stage3_long"),
 }
-# On-policy stages, which can run the in-stage forgetting guard (stages/guard.py).
+# On-policy stages, which can run the in-stage forgetting guard (trainer/onpolicy/guard.py).
 _ON_POLICY = {"rlhf", "stage1_short", "stage2_medium", "stage3_long", "mopd"}
 # Stages that do not continue the policy chain: they start from SFT and hand
 # nothing on (the RM is read by RLHF through `rl.rm_from`).

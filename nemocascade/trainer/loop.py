@@ -1,6 +1,6 @@
 """The host training loop of the stages that train on a data loader: SFT and RM.
 
-(The on-policy stages — RL, RLHF, MOPD — run `stages/driver.py`.)
+(The on-policy stages — RL, RLHF, MOPD — run `trainer/onpolicy/driver.py`.)
 
 Step i+1 is dispatched before step i's metrics are pulled, so the host never
 stalls the device; the pulled loss and gradient norm are checked for NaN/Inf
@@ -62,7 +62,7 @@ def run_stage(
 ) -> Any:
     """A loader stage's training: the step-0 eval of a fresh start, then `run`.
 
-    `rt` is the stage's runtime (`stages.common.Runtime`: manager, writer,
+    `rt` is the stage's runtime (`stage_setup.Runtime`: manager, writer,
     stage_dir); `step_fn(state, batch, rng)` gets the key of `train.seed`;
     `evaluate(params) -> metrics` runs at step 0 and every `train.eval_every`;
     `total_steps` defaults to `train.steps`.

@@ -15,7 +15,7 @@ from etils.epath import testing as epath_testing
 from nemocascade import checkpointing, config as config_lib
 from nemocascade.data import pipelines, records
 from nemocascade.model import presets
-from nemocascade.trainer.stages import common
+from nemocascade.trainer import stage_setup
 from tests.data import test_text
 
 
@@ -24,7 +24,7 @@ def test_uri_paths_round_trip(tmp_path, monkeypatch):
     local_tok = test_text._tok_dir(tmp_path / "tok")
     with epath_testing.mock_epath():
         work = "gs://bucket/run"
-        stage = common.stage_dir(work, "sft")
+        stage = stage_setup.stage_dir(work, "sft")
         assert stage == "gs://bucket/run/sft" and checkpointing.absolute(work) == work
         data = epath.Path("gs://bucket/data/sft.jsonl")
         data.parent.mkdir(parents=True)
@@ -42,10 +42,10 @@ def test_uri_paths_round_trip(tmp_path, monkeypatch):
             model=presets.get_preset("tiny"),
             data=config_lib.DataConfig(files=(str(data),), tokenizer=str(tok_uri)),
         )
-        tok, template, src = common.text_for(cfg, stage)
+        tok, template, src = stage_setup.text_for(cfg, stage)
         assert src == str(tok_uri)
         assert epath.Path(stage, "tokenizer.json").exists()
-        common.write_run_files(cfg, stage)
+        stage_setup.write_run_files(cfg, stage)
         saved = json.loads(epath.Path(stage, "config.json").read_text())
         assert saved["data"]["files"] == [str(data)]
         loader = pipelines.sft_loader(

@@ -14,7 +14,7 @@ import pytest
 
 from nemocascade.kernels.attention import api, chunked_xla, decode, reference, sharded
 from nemocascade.model import presets
-from nemocascade.rollout import sampler, sampling
+from nemocascade.rollout import decoding, sampling_methods
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import forward
 from tests.rollout import helpers
@@ -185,11 +185,11 @@ def test_sampler_logprobs_equal_trainer_logprobs(impl):
     params = helpers.random_params()
     # Prompt bucket 16 + 112 new tokens = 128: one splash tile, two Pallas GPU tiles.
     prompts, max_new = [[1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12, 13, 14, 15]], 112
-    out = sampler.generate(
+    out = decoding.generate(
         params,
         cfg,
         prompts,
-        method=sampling.Greedy(),
+        method=sampling_methods.Greedy(),
         rng=jax.random.key(0),
         stop_ids=(),
         max_new_tokens=max_new,
@@ -258,11 +258,11 @@ def test_bucketed_cache_read_equals_whole_cache(t):
 def test_sampler_long_cache_reads_buckets_and_equals_trainer():
     cfg = dataclasses.replace(helpers.TOY_MODEL, attention_impl="xla", max_seq_len=2048)
     params = helpers.random_params()
-    out = sampler.generate(
+    out = decoding.generate(
         params,
         cfg,
         [[1, 2, 3], [4, 5, 6, 7, 8]],
-        method=sampling.Greedy(),
+        method=sampling_methods.Greedy(),
         rng=jax.random.key(0),
         stop_ids=(),
         max_new_tokens=2032,

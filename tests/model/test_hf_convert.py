@@ -22,7 +22,7 @@ import safetensors.numpy
 
 from nemocascade import convert
 from nemocascade.model import hf_convert, presets, transformer
-from nemocascade.rollout import sampler, sampling
+from nemocascade.rollout import decoding, sampling_methods
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import state as state_lib
 
@@ -267,11 +267,11 @@ def test_greedy_decoding_matches_transformers_generate(hf, models, variant):
     params = hf_convert.import_params(hf_dir, cfg)
     prompts = [list(TOKENS[0, :5]), list(TOKENS[1, :9]), list(TOKENS[0])]
     # No stop: the end-of-sequence id lies outside the vocabulary.
-    rollout = sampler.generate(
+    rollout = decoding.generate(
         params,
         cfg,
         prompts,
-        method=sampling.Greedy(),
+        method=sampling_methods.Greedy(),
         max_new_tokens=32,
         stop_ids=[VOCAB],
         rng=jax.random.key(0),

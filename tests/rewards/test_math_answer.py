@@ -9,7 +9,7 @@ import pytest
 from nemocascade import config as config_lib
 from nemocascade.rewards import math_answer, pool as pool_lib, verifiers
 from nemocascade.tasks import base as tasks_base
-from nemocascade.trainer.stages import rewarders
+from nemocascade.trainer.onpolicy import rewarders
 
 # (model answer, gold string, math-verify's verdict)
 PAIRS = [

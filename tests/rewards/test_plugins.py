@@ -9,7 +9,7 @@ from configs import stage2_medium
 from nemocascade import config as config_lib
 from nemocascade.rewards import base, pool as pool_lib, registry
 from nemocascade.tasks import base as tasks_base
-from nemocascade.trainer.stages import rewarders
+from nemocascade.trainer.onpolicy import rewarders
 
 PLUGIN = "tests.rewards.plugin_rewards"
 EXAMPLE = tasks_base.Example("u", "chat", 0, "Say hi.", "", "", {})

@@ -215,7 +215,7 @@ def test_config_names_the_field():
 
 def test_code_stage_fails_closed_and_notes_the_weak_backend(monkeypatch, tmp_path):
     from nemocascade.evaluation import report
-    from nemocascade.trainer.stages import rewarders
+    from nemocascade.trainer.onpolicy import rewarders
 
     monkeypatch.delenv(jail.OVERRIDE_ENV, raising=False)
     monkeypatch.setattr(jail, "bwrap_works", lambda: False)

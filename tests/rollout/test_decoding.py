@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nemocascade.model import transformer
-from nemocascade.rollout import sampler, sampling
+from nemocascade.rollout import decoding, sampling_methods
 from nemocascade.sharding import mesh as mesh_lib
 from tests.rollout import helpers
 
@@ -23,8 +23,8 @@ def params():
 
 def _greedy(params, prompts, **kw):
     kw = {"stop_ids": (), "max_new_tokens": MAX_NEW, **kw}
-    return sampler.generate(
-        params, CFG, prompts, method=sampling.Greedy(), rng=jax.random.key(0), **kw
+    return decoding.generate(
+        params, CFG, prompts, method=sampling_methods.Greedy(), rng=jax.random.key(0), **kw
     )
 
 
@@ -53,7 +53,7 @@ def test_cached_decode_matches_full_forward_at_every_step(params, free):
     ref = np.take_along_axis(np.asarray(logp), free.completion_tokens[..., None], -1)[..., 0]
     np.testing.assert_allclose(free.logprobs, ref, atol=ATOL)
     assert np.all(free.lengths == MAX_NEW) and np.all(free.truncated)
-    assert free.prompt_tokens.shape == (3, sampler.MIN_PROMPT_BUCKET)
+    assert free.prompt_tokens.shape == (3, decoding.MIN_PROMPT_BUCKET)
 
 
 def test_results_independent_of_padding_and_batch_composition(params, free):
@@ -127,7 +127,7 @@ def test_natural_think_close_prevents_forcing(params, free):
 
 
 def test_same_buckets_do_not_recompile(params, free):
-    size = sampler._decode_jit._cache_size()  # `free` compiled batch 4 x prompt 16
+    size = decoding._decode_jit._cache_size()  # `free` compiled batch 4 x prompt 16
     # Other prompts, batch size, stop ids and budgets within the same buckets.
     again = _greedy(
         params,
@@ -137,10 +137,10 @@ def test_same_buckets_do_not_recompile(params, free):
         think_close_ids=(1, 2, 3),
         think_end_id=2,
     )
-    assert sampler._decode_jit._cache_size() == size
+    assert decoding._decode_jit._cache_size() == size
     assert again.forced_mask.sum() > 0
     _greedy(params, [list(range(1, 40)), [1]])  # prompt bucket 64: one more compile
-    assert sampler._decode_jit._cache_size() == size + 1
+    assert decoding._decode_jit._cache_size() == size + 1
 
 
 def test_sharded_decode_matches_unsharded(params, free):
@@ -151,11 +151,11 @@ def test_sharded_decode_matches_unsharded(params, free):
 
 
 def test_sampled_rows_differ_and_logprobs_are_finite(params):
-    out = sampler.generate(
+    out = decoding.generate(
         params,
         CFG,
         [PROMPTS[0]] * 3,
-        method=sampling.Sample(temperature=1.0, top_k=20, top_p=0.95),
+        method=sampling_methods.Sample(temperature=1.0, top_k=20, top_p=0.95),
         max_new_tokens=MAX_NEW,
         stop_ids=(),
         rng=jax.random.key(3),
@@ -179,6 +179,6 @@ def test_invalid_requests_raise(params, prompts, kw, match):
 
 
 def test_bucket_sizes():
-    assert [sampler.prompt_bucket(n) for n in (1, 16, 17, 64, 65)] == [16, 16, 32, 64, 128]
-    assert [sampler.batch_bucket(n) for n in (1, 3, 4, 5)] == [1, 4, 4, 8]
-    assert sampler.batch_bucket(3, multiple=8) == 8 and sampler.batch_bucket(9, 8) == 16
+    assert [decoding.prompt_bucket(n) for n in (1, 16, 17, 64, 65)] == [16, 16, 32, 64, 128]
+    assert [decoding.batch_bucket(n) for n in (1, 3, 4, 5)] == [1, 4, 4, 8]
+    assert decoding.batch_bucket(3, multiple=8) == 8 and decoding.batch_bucket(9, 8) == 16

@@ -10,7 +10,7 @@ import pytest
 from nemocascade import checkpointing, generate
 from nemocascade.data import tokenizer as tokenizer_lib
 from nemocascade.model import presets
-from nemocascade.rollout import modes, sampler, sampling
+from nemocascade.rollout import decoding, modes, sampling_methods
 from tests.rollout import helpers
 
 CFG = helpers.TOY_MODEL_1K
@@ -81,11 +81,11 @@ def test_prompt_and_jsonl_end_to_end_match_the_sampler(workdir, tmp_path, capsys
     tok = tokenizer_lib.Tokenizer.load()
     mode = modes.get("thinking", tok)
     ids = mode.prompt(tok, [{"role": "user", "content": "What is 2+3?"}])
-    direct = sampler.generate(
+    direct = decoding.generate(
         params,
         CFG,
         [ids],
-        method=sampling.Greedy(),
+        method=sampling_methods.Greedy(),
         max_new_tokens=8,
         rng=jax.random.key(0),
         **modes.sampler_kwargs([mode]),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
-from nemocascade.rollout import engine, sampling
+from nemocascade.rollout import groups, sampling_methods
 from nemocascade.tasks import registry
 from nemocascade.trainer import forward
 from tests.rollout import helpers
@@ -33,14 +33,14 @@ def examples():
 
 
 def _sample(params, tok, examples, temperature, seed=0):
-    return engine.sample_groups(
+    return groups.sample_groups(
         params,
         CFG,
         tok,
         examples,
         group_size=GROUP,
         modes=["thinking", "instruct", "thinking"],
-        method=sampling.Sample(temperature=temperature),
+        method=sampling_methods.Sample(temperature=temperature),
         max_new_tokens=MAX_NEW,
         rng=jax.random.key(seed),
         thinking_budget=BUDGET,
@@ -104,26 +104,26 @@ def test_layout_masks_and_parsing(params, tok, examples):
 
 def test_invalid_arguments_raise(params, tok, examples):
     with pytest.raises(ValueError, match="group_size"):
-        engine.sample_groups(
+        groups.sample_groups(
             params,
             CFG,
             tok,
             examples,
             group_size=0,
             modes="instruct",
-            method=sampling.Greedy(),
+            method=sampling_methods.Greedy(),
             max_new_tokens=4,
             rng=jax.random.key(0),
         )
     with pytest.raises(ValueError, match="modes has 1 entries"):
-        engine.sample_groups(
+        groups.sample_groups(
             params,
             CFG,
             tok,
             examples,
             group_size=1,
             modes=["instruct"],
-            method=sampling.Greedy(),
+            method=sampling_methods.Greedy(),
             max_new_tokens=4,
             rng=jax.random.key(0),
         )

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from nemocascade.rollout import sampling
+from nemocascade.rollout import sampling_methods
 
 PROBS = np.array([0.30, 0.20, 0.15, 0.12, 0.10, 0.07, 0.04, 0.02])
 LOGITS = np.log(PROBS).astype(np.float32) + 3.0  # a shift must not matter
@@ -16,7 +16,7 @@ DRAWS = 40_000
 
 def _draw(method, seed=0):
     logits = jnp.broadcast_to(jnp.asarray(LOGITS), (DRAWS, LOGITS.size))
-    tokens, logp = sampling.choose(logits, method, jax.random.key(seed))
+    tokens, logp = sampling_methods.choose(logits, method, jax.random.key(seed))
     return np.asarray(tokens), np.asarray(logp)
 
 
@@ -29,14 +29,14 @@ def _expected(temperature, support):
 @pytest.mark.parametrize(
     "method, support",
     [
-        (sampling.Sample(), range(8)),
-        (sampling.Sample(temperature=2.0), range(8)),
-        (sampling.Sample(top_k=3), [0, 1, 2]),
+        (sampling_methods.Sample(), range(8)),
+        (sampling_methods.Sample(temperature=2.0), range(8)),
+        (sampling_methods.Sample(top_k=3), [0, 1, 2]),
         # Mass strictly before token i: 0, .30, .50, .65, .77 -> keep 4 for top_p=0.7.
-        (sampling.Sample(top_p=0.7), [0, 1, 2, 3]),
+        (sampling_methods.Sample(top_p=0.7), [0, 1, 2, 3]),
         # T=0.5 sharpens to p² ∝ (.09,.04,.0225,.0144,...): top-3 mass before
         # (renormalized within top 5) 0, .51, .74, .86 -> top_p=0.8 keeps 3.
-        (sampling.Sample(temperature=0.5, top_k=5, top_p=0.8), [0, 1, 2]),
+        (sampling_methods.Sample(temperature=0.5, top_k=5, top_p=0.8), [0, 1, 2]),
     ],
 )
 def test_frequencies_match_truncated_distribution(method, support):
@@ -54,14 +54,14 @@ def test_frequencies_match_truncated_distribution(method, support):
 def test_top_k_is_applied_before_top_p():
     # Within the top 2 (.6, .4 renormalized) the mass before token 1 is .6 >= .55,
     # so only the argmax survives; top-p on the full distribution would keep 3.
-    tokens, logp = _draw(sampling.Sample(top_k=2, top_p=0.55))
+    tokens, logp = _draw(sampling_methods.Sample(top_k=2, top_p=0.55))
     assert set(tokens.tolist()) == {0}
     np.testing.assert_allclose(logp, 0.0, atol=1e-6)
 
 
 def test_greedy_is_argmax_with_temperature_one_logprob():
     logits = jnp.asarray(np.random.default_rng(0).normal(size=(5, 11)).astype(np.float32))
-    tokens, logp = sampling.choose(logits, sampling.Greedy(), jax.random.key(0))
+    tokens, logp = sampling_methods.choose(logits, sampling_methods.Greedy(), jax.random.key(0))
     np.testing.assert_array_equal(tokens, np.argmax(logits, axis=-1))
     ref = jax.nn.log_softmax(logits)[np.arange(5), np.argmax(logits, axis=-1)]
     np.testing.assert_allclose(logp, ref, atol=1e-6)
@@ -69,8 +69,8 @@ def test_greedy_is_argmax_with_temperature_one_logprob():
 
 def test_logprob_of_is_untruncated_at_the_sampling_temperature():
     logits = jnp.asarray(LOGITS)[None]
-    method = sampling.Sample(temperature=0.5, top_k=1)
-    lp = sampling.logprob_of(logits, jnp.array([6]), method)
+    method = sampling_methods.Sample(temperature=0.5, top_k=1)
+    lp = sampling_methods.logprob_of(logits, jnp.array([6]), method)
     np.testing.assert_allclose(lp, np.log(_expected(0.5, range(8))[6]), atol=1e-5)
 
 
@@ -79,4 +79,4 @@ def test_logprob_of_is_untruncated_at_the_sampling_temperature():
 )
 def test_invalid_sample_settings_raise(kwargs):
     with pytest.raises(ValueError, match="Sample"):
-        sampling.Sample(**kwargs)
+        sampling_methods.Sample(**kwargs)

@@ -6,7 +6,7 @@ import pytest
 
 from nemocascade import generate
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
-from nemocascade.rollout import modes, sampling
+from nemocascade.rollout import modes, sampling_methods
 from nemocascade.serve import cli
 from tests.serve import helpers
 
@@ -35,7 +35,7 @@ def _direct(params, mode_name, budget, max_tokens):
         tok,
         [{"messages": PROMPT}],
         mode,
-        method=sampling.Greedy(),
+        method=sampling_methods.Greedy(),
         max_new_tokens=max_tokens,
         batch_size=1,
         seed=0,

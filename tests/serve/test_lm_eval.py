@@ -14,7 +14,7 @@ import pytest
 from nemocascade import generate
 from nemocascade.data import tokenizer as tokenizer_lib
 from nemocascade.evaluation import matrix
-from nemocascade.rollout import modes, sampling
+from nemocascade.rollout import modes, sampling_methods
 from tests.serve import helpers
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -125,7 +125,7 @@ def test_lm_eval_chat_completions_matches_the_project_eval(tmp_path, monkeypatch
             tok,
             [{"prompt": doc["prompt"]}],
             mode,
-            method=sampling.Greedy(),
+            method=sampling_methods.Greedy(),
             max_new_tokens=MAX_TOKENS,
             batch_size=1,
             seed=0,

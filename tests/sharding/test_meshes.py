@@ -1,4 +1,4 @@
-"""Sharded == unsharded across mesh layouts, for the SFT step, the RL step and the sampler."""
+"""Sharded == unsharded across mesh layouts, for the SFT step, the RL step and the decoding."""
 
 import dataclasses
 
@@ -10,7 +10,7 @@ import pytest
 
 from nemocascade import config as config_lib
 from nemocascade.model import transformer
-from nemocascade.rollout import sampler, sampling
+from nemocascade.rollout import decoding, sampling_methods
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import optimizer, state as state_lib, step as step_lib
 from nemocascade.trainer.stages import rl, sft
@@ -69,11 +69,11 @@ def test_greedy_sampler_identical_across_meshes():
     for shape, _ in MESHES:
         devices = jax.devices()[: int(np.prod(shape))]
         mesh = mesh_lib.make_mesh(shape, devices=devices)
-        r = sampler.generate(
+        r = decoding.generate(
             params,
             cfg,
             prompts,
-            method=sampling.Greedy(),
+            method=sampling_methods.Greedy(),
             max_new_tokens=12,
             stop_ids=(1,),
             rng=jax.random.key(0),

@@ -8,7 +8,7 @@ import pytest
 from configs import cascade as cascade_config
 from nemocascade import checkpointing, config as config_lib
 from nemocascade.trainer import cascade
-from nemocascade.trainer.stages import onpolicy
+from nemocascade.trainer.onpolicy import parts
 
 STAGES = cascade.ORDERS["c1"]
 TOY = {
@@ -76,7 +76,7 @@ def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
     assert not os.path.exists(os.path.join(workdir, "rlhf"))
 
     # 2) Interrupted inside a stage: math RL dies at its second step.
-    real = onpolicy.engine.sample_groups
+    real = parts.groups.sample_groups
     calls = {"n": 0}
 
     def dying(*args, **kwargs):
@@ -85,14 +85,14 @@ def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
             raise Interrupted()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(onpolicy.engine, "sample_groups", dying)
+    monkeypatch.setattr(parts.groups, "sample_groups", dying)
     with pytest.raises(Interrupted):
         cascade.run(cfg, workdir)
     assert checkpointing.is_done(os.path.join(workdir, "stage1_short"))
     assert not checkpointing.is_done(os.path.join(workdir, "stage2_medium"))
 
     # 3) The same command again finishes the chain.
-    monkeypatch.setattr(onpolicy.engine, "sample_groups", real)
+    monkeypatch.setattr(parts.groups, "sample_groups", real)
     cascade.run(cfg, workdir)
     for stage in STAGES:
         assert checkpointing.is_done(os.path.join(workdir, stage)), stage

@@ -18,7 +18,7 @@ import pytest
 from configs import mopd as mopd_config
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
 from nemocascade.model import transformer
-from nemocascade.trainer import teachers as teachers_lib
+from nemocascade.trainer.onpolicy import teachers as teachers_lib
 from nemocascade.trainer.stages import distill
 
 TOY_MODEL = dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, d_ff=64)

@@ -5,7 +5,7 @@ import numpy as np
 from nemocascade import checkpointing, metrics as metrics_lib
 from nemocascade.losses import sft as sft_loss
 from nemocascade.trainer import forward
-from nemocascade.trainer.stages import driver
+from nemocascade.trainer.onpolicy import driver
 from tests.trainer import test_rl_stage
 
 KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask")

@@ -10,8 +10,9 @@ import pytest
 
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
 from nemocascade.model import transformer
-from nemocascade.trainer import cascade
-from nemocascade.trainer.stages import common, guard as guard_lib, rl
+from nemocascade.trainer import cascade, stage_setup
+from nemocascade.trainer.onpolicy import guard as guard_lib
+from nemocascade.trainer.stages import rl
 from tests.trainer import test_rl_stage
 
 
@@ -67,7 +68,7 @@ def test_guard_stops_at_a_drop_and_exports_the_last_passing_params(tmp_path, mon
     # The export is the state kept at step 1, not the one trained to step 2.
     manager = checkpointing.Manager(str(stage / "checkpoints_guard"), keep=1)
     assert manager.latest_step() == 1
-    probe = common.setup(cfg, str(tmp_path / "probe"))
+    probe = stage_setup.setup(cfg, str(tmp_path / "probe"))
     kept, _ = manager.restore(probe.abstract_state, 1)
     probe.close()
     manager.close()

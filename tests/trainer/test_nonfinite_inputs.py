@@ -8,7 +8,8 @@ import pytest
 
 from nemocascade import checkpointing
 from nemocascade.trainer import loop
-from nemocascade.trainer.stages import onpolicy, rl
+from nemocascade.trainer.onpolicy import parts
+from nemocascade.trainer.stages import rl
 from tests.trainer import test_rl_stage
 
 
@@ -19,9 +20,9 @@ def _rt(latest, directory="/w/stage2_medium/checkpoints"):
 
 def test_check_finite_inputs_names_the_array_entry_and_checkpoint():
     cfg = types.SimpleNamespace(stage="stage2_medium")
-    onpolicy.check_finite_inputs(cfg, _rt(4), 5, rewards=np.ones(8), advantages=np.zeros(0))
+    parts.check_finite_inputs(cfg, _rt(4), 5, rewards=np.ones(8), advantages=np.zeros(0))
     with pytest.raises(loop.NonFiniteError) as e:
-        onpolicy.check_finite_inputs(
+        parts.check_finite_inputs(
             cfg, _rt(4), 5, rewards=np.ones(8), advantages=np.array([0.5, np.inf, np.nan])
         )
     assert str(e.value) == (
@@ -29,7 +30,7 @@ def test_check_finite_inputs_names_the_array_entry_and_checkpoint():
         "stopping before the update. Last good checkpoint: step 4 in /w/stage2_medium/checkpoints"
     )
     with pytest.raises(loop.NonFiniteError, match="Last good checkpoint: none yet in /w"):
-        onpolicy.check_finite_inputs(cfg, _rt(None, "/w"), 1, rewards=np.array([np.nan]))
+        parts.check_finite_inputs(cfg, _rt(None, "/w"), 1, rewards=np.array([np.nan]))
 
 
 class _NaNAtStep2:

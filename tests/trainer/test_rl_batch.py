@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from nemocascade import config as config_lib
-from nemocascade.trainer import rl_batch
-from nemocascade.trainer.stages import onpolicy
+from nemocascade.trainer.onpolicy import parts, rl_batch
 
 
 def _rollout(n, t=4):
@@ -61,10 +60,10 @@ def test_curriculum_phases():
             config_lib.CurriculumStage(3, 96, 0.8),
         ),
     )
-    phases = [onpolicy.phase_at(rl, s) for s in range(1, 8)]
+    phases = [parts.phase_at(rl, s) for s in range(1, 8)]
     assert [p.max_new_tokens for p in phases] == [64, 64, 96, 96, 96, 96, 96]
     assert [p.temperature for p in phases] == [1.0, 1.0, 0.8, 0.8, 0.8, 0.8, 0.8]
-    assert onpolicy.modes_for(dataclasses.replace(rl, mode="half_half"), 4) == [
+    assert parts.modes_for(dataclasses.replace(rl, mode="half_half"), 4) == [
         "thinking",
         "instruct",
         "thinking",

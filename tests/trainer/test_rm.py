@@ -13,10 +13,11 @@ from configs import rlhf as rlhf_config, rm as rm_config
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
 from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_lib
 from nemocascade.model import reward_head, transformer
-from nemocascade.rollout import engine
+from nemocascade.rollout import groups
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.tasks import base as tasks_base
-from nemocascade.trainer.stages import rl, rm, rm_scoring
+from nemocascade.trainer.onpolicy import rm_scoring
+from nemocascade.trainer.stages import rl, rm
 
 TOY_MODEL = dict(
     d_model=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, d_ff=64, max_seq_len=256
@@ -213,7 +214,7 @@ def test_rewarder_call_maps_rollouts_to_their_prompts(rewarder):
     ]
     completions = [ANSWER, "Sure.", f"<think>\nx\n</think>\n\n{ANSWER}", "<think>\nx"]
     n = len(completions)
-    rollouts = engine.RolloutBatch(
+    rollouts = groups.RolloutBatch(
         example_index=np.array([0, 0, 1, 1], np.int32),
         modes=("instruct", "instruct", "thinking", "thinking"),
         completions=completions,

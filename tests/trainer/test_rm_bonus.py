@@ -7,7 +7,7 @@ import pytest
 
 from configs import stage1_short
 from nemocascade import config as config_lib
-from nemocascade.trainer.stages import rm_bonus
+from nemocascade.trainer.onpolicy import rm_bonus
 
 
 def _sigmoid(x):

@@ -5,7 +5,7 @@ import json
 
 from nemocascade import config as config_lib
 from nemocascade.sharding import mesh as mesh_lib
-from nemocascade.trainer.stages import common
+from nemocascade.trainer import stage_setup
 
 
 def _config(name: str) -> config_lib.Config:
@@ -19,12 +19,12 @@ def test_config_json_round_trips_and_run_json_says_where(tmp_path):
         cfg = _config(name)
         d = tmp_path / name
         d.mkdir()
-        common.write_run_files(cfg, str(d), mesh_lib.make_mesh(cfg.mesh.shape))
-        saved = json.loads((d / common.CONFIG_FILE).read_text())
+        stage_setup.write_run_files(cfg, str(d), mesh_lib.make_mesh(cfg.mesh.shape))
+        saved = json.loads((d / stage_setup.CONFIG_FILE).read_text())
         assert config_lib.from_dict(saved) == cfg
         model = json.loads((d / config_lib.MODEL_CONFIG_FILE).read_text())
         assert config_lib.checkpoint_model(str(d)) == cfg.model == cfg.model.__class__(**model)
-        run = json.loads((d / common.RUN_FILE).read_text())
+        run = json.loads((d / stage_setup.RUN_FILE).read_text())
         assert run["num_devices"] == 8 and run["platform"] == "cpu"
         assert run["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
         assert run["versions"]["jax"] and run["argv"]
@@ -38,7 +38,7 @@ def test_wandb_offline_run_writes_its_files(tmp_path, monkeypatch):
     cfg = _config("sft")
     train = dataclasses.replace(cfg.train, wandb_project="nc-test", wandb_mode="offline")
     cfg = dataclasses.replace(cfg, train=train)
-    writer = metrics_lib.Writer(str(tmp_path), wandb=common.wandb_settings(cfg))
+    writer = metrics_lib.Writer(str(tmp_path), wandb=stage_setup.wandb_settings(cfg))
     writer.write(1, {"loss": 2.5})
     writer.write(2, {"loss": 2.0})
     writer.close()

@@ -1,11 +1,11 @@
 """The one on-policy loop: RL (GRPO, RLHF) and MOPD plug in as algorithms.
 
-A step: draw prompts (`onpolicy.make_stream`) → sample `rl.group_size`
-responses each with the current params (`onpolicy.sample_student`) →
+A step: draw prompts (`parts.make_stream`) → sample `rl.group_size`
+responses each with the current params (`parts.sample_student`) →
 `algorithm.prepare` turns the sampled batch into a train batch and its
 metrics (GRPO: rewards, advantages, filtering; MOPD: teacher log-probs) →
 exactly one optimizer step on `algorithm.make_loss_fn` → log, checkpoint,
-own-domain eval (`onpolicy.after_step`), preemption, forgetting guard. What
+own-domain eval (`parts.after_step`), preemption, forgetting guard. What
 an algorithm is, is `Algorithm`; everything else here is the same for every
 on-policy stage: set-up, the step-0 eval, progress, finish.
 """
@@ -21,11 +21,11 @@ from typing import Any, Protocol
 import jax
 
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
-from nemocascade.rollout import engine
+from nemocascade.rollout import groups
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base
-from nemocascade.trainer import preemption
-from nemocascade.trainer.stages import common, evaluation, guard as guard_lib, onpolicy
+from nemocascade.trainer import preemption, stage_eval, stage_setup
+from nemocascade.trainer.onpolicy import guard as guard_lib, parts
 
 
 @dataclasses.dataclass
@@ -53,8 +53,8 @@ class Algorithm(Protocol):
         self,
         step: int,
         examples: Sequence[tasks_base.Example],
-        rollouts: engine.RolloutBatch,
-        phase: onpolicy.Phase,
+        rollouts: groups.RolloutBatch,
+        phase: parts.Phase,
     ) -> Prepared: ...
 
     def progress(self, host: dict) -> dict:
@@ -69,17 +69,17 @@ AlgorithmFactory = Callable[..., Algorithm]
 
 def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) -> dict[str, Any]:
     """Trains (or resumes) an on-policy stage; returns its final own-domain eval."""
-    stage_dir = common.stage_dir(workdir, cfg.stage)
+    stage_dir = stage_setup.stage_dir(workdir, cfg.stage)
     if checkpointing.is_done(stage_dir):
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
-    tok, template, _ = common.text_for(cfg, stage_dir)
-    rt = common.setup(cfg, workdir)
-    state, data_state, _ = common.init_state(rt)
-    stream = onpolicy.make_stream(cfg, data_state, tok, template)
+    tok, template, _ = stage_setup.text_for(cfg, stage_dir)
+    rt = stage_setup.setup(cfg, workdir)
+    state, data_state, _ = stage_setup.init_state(rt)
+    stream = parts.make_stream(cfg, data_state, tok, template)
     algorithm = make_algorithm(cfg, workdir, rt, tok, template, state)
-    step_fn = onpolicy.train_steps(cfg, rt, algorithm.make_loss_fn)
-    own_eval = evaluation.own_domain_eval(cfg, tok, template, rt)
+    step_fn = parts.train_steps(cfg, rt, algorithm.make_loss_fn)
+    own_eval = stage_eval.own_domain_eval(cfg, tok, template, rt)
     start = int(jax.device_get(state.step))
     if start == 0:
         rt.writer.write(0, own_eval(state.params))
@@ -92,11 +92,11 @@ def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) 
     with services:
         for step in range(start + 1, cfg.train.steps + 1):
             services.before(step)
-            phase = onpolicy.phase_at(cfg.rl, step)
+            phase = parts.phase_at(cfg.rl, step)
             t0 = time.perf_counter()
             examples = stream.next_batch()
             rng = jax.random.fold_in(key, step)
-            rollouts = onpolicy.sample_student(
+            rollouts = parts.sample_student(
                 cfg, rt, tok, template, state.params, examples, phase, rng
             )
             t1 = time.perf_counter()
@@ -109,7 +109,7 @@ def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) 
             services.after(step, m)
             host = metrics_lib.to_python(m)
             t3 = time.perf_counter()
-            onpolicy.check_finite(cfg, rt, host, step)
+            parts.check_finite(cfg, rt, host, step)
             lengths = rollouts.lengths
             host.update(prepared.metrics)
             host.update(
@@ -123,13 +123,13 @@ def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) 
                 prompts_skipped=stream.skipped,
             )
             bar.update(1, **algorithm.progress(host), len=host["response_len_mean"])
-            onpolicy.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
+            parts.after_step(cfg, rt, step, state, stream, host, own_eval, bar)
             services.check(step, cfg.train.steps, state, stream.get_state, rt.manager)
-            if guard is not None and onpolicy.guard_stops(cfg, guard, step, state, stream):
+            if guard is not None and parts.guard_stops(cfg, guard, step, state, stream):
                 state = guard.restore_last_passing(step)
                 break
     bar.close()
-    final = onpolicy.finish(cfg, rt, tok, template, state, stream.get_state(), own_eval)
+    final = parts.finish(cfg, rt, tok, template, state, stream.get_state(), own_eval)
     if guard is not None:
         guard.close()
     algorithm.close()

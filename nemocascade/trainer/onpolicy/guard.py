@@ -26,7 +26,7 @@ import jax
 from nemocascade import checkpointing, config as config_lib
 from nemocascade.evaluation import benchmarks, report
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer.stages import common, evaluation
+from nemocascade.trainer import stage_eval, stage_setup
 
 
 def drops(
@@ -46,7 +46,7 @@ def guarded_domains(cfg: config_lib.Config) -> tuple[str, ...]:
 class ForgettingGuard:
     """Checks the untrained cells at each eval; remembers the last params that passed."""
 
-    def __init__(self, cfg: config_lib.Config, rt: common.Runtime, tok, template):
+    def __init__(self, cfg: config_lib.Config, rt: stage_setup.Runtime, tok, template):
         self._cfg, self._rt = cfg, rt
         self._tol = cfg.eval.guard_tolerance
         self._domains = guarded_domains(cfg)
@@ -66,7 +66,7 @@ class ForgettingGuard:
 
     def _cells(self, params) -> dict[str, float]:
         metrics = (
-            evaluation.matrix_cells(
+            stage_eval.matrix_cells(
                 self._cfg, self._tok, self._template, self._rt, params, self._domains
             )
             if self._domains

@@ -1,6 +1,6 @@
 """Pieces every on-policy stage shares: prompt stream, student rollouts, NaN guard, finish.
 
-The pieces of the on-policy driver (`stages/driver.py`), which runs RL (GRPO)
+The pieces of the on-policy driver (`onpolicy/driver.py`), which runs RL (GRPO)
 and on-policy distillation (MOPD) alike: drawing prompts, sampling the student
 on the training mesh, the periodic log/checkpoint/eval, stopping on a
 non-finite reward, advantage or step (naming the last good checkpoint) and the
@@ -21,11 +21,11 @@ import numpy as np
 
 from nemocascade import checkpointing, config as config_lib
 from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_lib
-from nemocascade.rollout import engine, sampling
+from nemocascade.rollout import groups, sampling_methods
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base
-from nemocascade.trainer import loop, prompt_stream, step as step_lib
-from nemocascade.trainer.stages import common, evaluation
+from nemocascade.trainer import loop, stage_eval, stage_setup, step as step_lib
+from nemocascade.trainer.onpolicy import prompt_stream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,24 +116,24 @@ def make_stream(
 
 def sample_student(
     cfg: config_lib.Config,
-    rt: common.Runtime,
+    rt: stage_setup.Runtime,
     tok: tokenizer_lib.Tokenizer,
     template: chat_template.Template,
     params: Any,
     examples: list[tasks_base.Example],
     phase: Phase,
     rng: jax.Array,
-) -> engine.RolloutBatch:
+) -> groups.RolloutBatch:
     """`rl.group_size` responses per prompt from the current params, modes per `rl.mode`."""
     r = cfg.rl
-    return engine.sample_groups(
+    return groups.sample_groups(
         params,
         cfg.model,
         tok,
         examples,
         group_size=r.group_size,
         modes=modes_for(r, len(examples)),
-        method=sampling.Sample(temperature=phase.temperature, top_k=r.top_k, top_p=r.top_p),
+        method=sampling_methods.Sample(temperature=phase.temperature, top_k=r.top_k, top_p=r.top_p),
         max_new_tokens=phase.max_new_tokens,
         rng=rng,
         template=template,
@@ -143,7 +143,7 @@ def sample_student(
     )
 
 
-def train_steps(cfg: config_lib.Config, rt: common.Runtime, make_loss_fn) -> Callable:
+def train_steps(cfg: config_lib.Config, rt: stage_setup.Runtime, make_loss_fn) -> Callable:
     """temperature → the jitted train step of `make_loss_fn(cfg, temperature)`, built once each.
 
     The sampling temperature enters the loss (log-probs at the temperature the
@@ -168,7 +168,7 @@ def train_steps(cfg: config_lib.Config, rt: common.Runtime, make_loss_fn) -> Cal
 
 def after_step(
     cfg: config_lib.Config,
-    rt: common.Runtime,
+    rt: stage_setup.Runtime,
     step: int,
     state: Any,
     stream: prompt_stream.PromptStream,
@@ -194,13 +194,13 @@ def guard_stops(cfg: config_lib.Config, guard, step: int, state: Any, stream) ->
     return guard.check(step, state, stream.get_state())
 
 
-def _last_good(rt: common.Runtime) -> str:
+def _last_good(rt: stage_setup.Runtime) -> str:
     latest = rt.manager.latest_step()
     where = rt.manager.directory
     return f"step {latest} in {where}" if latest is not None else f"none yet in {where}"
 
 
-def check_finite(cfg: config_lib.Config, rt: common.Runtime, host: dict, step: int):
+def check_finite(cfg: config_lib.Config, rt: stage_setup.Runtime, host: dict, step: int):
     """Stops the stage on a NaN/Inf loss or gradient norm, naming the last good checkpoint."""
     for name in ("loss", "grad_norm"):
         if not math.isfinite(host[name]):
@@ -210,7 +210,7 @@ def check_finite(cfg: config_lib.Config, rt: common.Runtime, host: dict, step: i
             )
 
 
-def check_finite_inputs(cfg: config_lib.Config, rt: common.Runtime, step: int, **arrays):
+def check_finite_inputs(cfg: config_lib.Config, rt: stage_setup.Runtime, step: int, **arrays):
     """Stops the stage *before* the update when a reward, advantage or target is NaN/Inf.
 
     A non-finite advantage on a masked-out row never reaches the loss, but on a
@@ -231,7 +231,7 @@ def check_finite_inputs(cfg: config_lib.Config, rt: common.Runtime, step: int, *
 
 def finish(
     cfg: config_lib.Config,
-    rt: common.Runtime,
+    rt: stage_setup.Runtime,
     tok: tokenizer_lib.Tokenizer,
     template: chat_template.Template,
     state: Any,
@@ -244,6 +244,6 @@ def finish(
     final = own_eval(state.params)
     rt.writer.write(cfg.train.steps, final)
     logging.info("[%s] final: %s", cfg.stage, final)
-    evaluation.write_matrix(cfg, tok, template, rt, state.params)
+    stage_eval.write_matrix(cfg, tok, template, rt, state.params)
     checkpointing.export_params(rt.stage_dir, state.params, {"stage": cfg.stage, **final})
     return final

@@ -2,7 +2,7 @@
 
 * verifiers (RLVR stages): the domain's gold verifier scores the answer after
   `</think>` in a pool of worker processes (code runs in the sandbox);
-* reward model (RLHF): see `nemocascade.trainer.stages.rm_scoring`.
+* reward model (RLHF): see `nemocascade.trainer.onpolicy.rm_scoring`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 from nemocascade import config as config_lib
 from nemocascade.rewards import pool as pool_lib, registry, sandbox
-from nemocascade.rollout import engine
+from nemocascade.rollout import groups
 from nemocascade.tasks import base as tasks_base
 
 
@@ -31,7 +31,7 @@ class VerifierRewarder:
         ).__enter__()
 
     def __call__(
-        self, examples: Sequence[tasks_base.Example], rollouts: engine.RolloutBatch
+        self, examples: Sequence[tasks_base.Example], rollouts: groups.RolloutBatch
     ) -> np.ndarray:
         rows = [examples[i] for i in rollouts.example_index]
         names = [self._fixed or registry.name_for_domain(ex.domain) for ex in rows]
@@ -46,7 +46,7 @@ class VerifierRewarder:
 
 def make(cfg: config_lib.Config, workdir: str, rt, tok, template):
     if cfg.rl.reward == "rm":
-        from nemocascade.trainer.stages import rm_scoring
+        from nemocascade.trainer.onpolicy import rm_scoring
 
         return rm_scoring.RMRewarder(cfg, workdir, rt, tok, template)
     # Before the pool spawns its workers (they inherit the choice); fails here,
@@ -59,7 +59,7 @@ def make(cfg: config_lib.Config, workdir: str, rt, tok, template):
         sandbox.note_weak_backend(f"{workdir.rstrip('/')}/{cfg.stage}")
     rewarder = VerifierRewarder(cfg.rl)
     if cfg.rl.rm_bonus:  # C1 §4.4: verifier reward + sigmoid(group-z RM score) where it passes
-        from nemocascade.trainer.stages import rm_bonus, rm_scoring
+        from nemocascade.trainer.onpolicy import rm_bonus, rm_scoring
 
         rm = rm_scoring.RMRewarder(cfg, workdir, rt, tok, template)
         return rm_bonus.RMBonusRewarder(rewarder, rm)

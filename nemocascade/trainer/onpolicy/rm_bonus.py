@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nemocascade.rollout import engine
+from nemocascade.rollout import groups
 from nemocascade.tasks import base as tasks_base
 
 
@@ -40,7 +40,7 @@ class RMBonusRewarder:
         self._verifier, self._rm = verifier_rewarder, rm_rewarder
 
     def __call__(
-        self, examples: Sequence[tasks_base.Example], rollouts: engine.RolloutBatch
+        self, examples: Sequence[tasks_base.Example], rollouts: groups.RolloutBatch
     ) -> np.ndarray:
         verifier_n = self._verifier(examples, rollouts)
         rm_n = self._rm(examples, rollouts)

@@ -27,7 +27,7 @@ from jax.experimental import multihost_utils
 from nemocascade import checkpointing, config as config_lib
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.model import presets, reward_head
-from nemocascade.rollout import engine, sampler
+from nemocascade.rollout import decoding, groups
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base
 
@@ -95,7 +95,7 @@ class RMRewarder:
         )
 
     def __call__(
-        self, examples: Sequence[tasks_base.Example], rollouts: engine.RolloutBatch
+        self, examples: Sequence[tasks_base.Example], rollouts: groups.RolloutBatch
     ) -> np.ndarray:
         prompts = [chat_template.example_messages(examples[i]) for i in rollouts.example_index]
         return self.score_texts(prompts, list(rollouts.completions))
@@ -129,7 +129,7 @@ class RMRewarder:
         dp = self._dp_local
         budget = max(1, TOKENS_PER_CALL // length)
         most = -(-(1 << (budget.bit_length() - 1)) // dp) * dp  # a power of two, ≥ dp
-        per_call = min(most, sampler.batch_bucket(num_rows, dp))
+        per_call = min(most, decoding.batch_bucket(num_rows, dp))
         num_calls = -(-num_rows // per_call)
         tokens = np.zeros((num_calls * per_call, length), np.int32)
         mask = np.zeros_like(tokens)

@@ -27,8 +27,8 @@ import numpy as np
 from nemocascade import config as config_lib
 from nemocascade.data import text
 from nemocascade.losses import distill
-from nemocascade.trainer import forward, optimizer, rl_batch, teachers as teachers_lib
-from nemocascade.trainer.stages import driver, onpolicy
+from nemocascade.trainer import forward, optimizer
+from nemocascade.trainer.onpolicy import driver, parts, rl_batch, teachers as teachers_lib
 
 TRAIN_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask", "sampler_logprobs")
 
@@ -135,7 +135,7 @@ class MOPD:
         teacher_s = time.perf_counter() - t0
         batch["teacher_logprobs"] = teacher_bt
         valid = np.asarray(batch["loss_mask"]) > 0
-        onpolicy.check_finite_inputs(
+        parts.check_finite_inputs(
             self._cfg, self._rt, step, teacher_logprobs=np.asarray(teacher_bt)[valid]
         )
         metrics = domain_gaps(

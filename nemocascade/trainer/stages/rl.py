@@ -19,8 +19,8 @@ import numpy as np
 from nemocascade import config as config_lib
 from nemocascade.losses import kl as kl_lib, policy
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import forward, rl_batch
-from nemocascade.trainer.stages import common, driver, onpolicy, rewarders
+from nemocascade.trainer import forward, stage_setup
+from nemocascade.trainer.onpolicy import driver, parts, rewarders, rl_batch
 
 
 def make_loss_fn(cfg: config_lib.Config, temperature: float):
@@ -70,7 +70,7 @@ def make_loss_fn(cfg: config_lib.Config, temperature: float):
 class _Reference:
     """The frozen initial policy: forward-only log-probs for the KL term (no residuals)."""
 
-    def __init__(self, cfg: config_lib.Config, rt: common.Runtime, params):
+    def __init__(self, cfg: config_lib.Config, rt: stage_setup.Runtime, params):
         self._params = jax.tree.map(lambda x: x.copy(), params)  # survives donation of state
         self._rt = rt
         impl = cfg.train.logprob_impl or None
@@ -96,7 +96,7 @@ class GRPO:
     make_loss_fn = staticmethod(make_loss_fn)
 
     def __init__(
-        self, cfg: config_lib.Config, workdir: str, rt: common.Runtime, tok, template, state
+        self, cfg: config_lib.Config, workdir: str, rt: stage_setup.Runtime, tok, template, state
     ):
         self._cfg, self._rt = cfg, rt
         self._rewarder = rewarders.make(cfg, workdir, rt, tok, template)
@@ -124,7 +124,7 @@ class GRPO:
                 scores = np.asarray(scores)
         prepared = rl_batch.prepare(rl, rollouts.batch, scores, rollouts.truncated, rl.group_size)
         in_loss = prepared.batch["loss_mask"].any(-1)
-        onpolicy.check_finite_inputs(
+        parts.check_finite_inputs(
             cfg,
             self._rt,
             step,

@@ -44,8 +44,7 @@ from nemocascade.data import pipelines
 from nemocascade.losses import reward_model as rm_loss
 from nemocascade.model import presets, reward_head
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import loop, state as state_lib, step as step_lib
-from nemocascade.trainer.stages import common
+from nemocascade.trainer import loop, stage_setup, state as state_lib, step as step_lib
 
 SIDES = ("chosen", "rejected")
 MAX_PAIRS_PER_ROW = 8
@@ -98,14 +97,14 @@ def abstract_state(cfg: presets.ModelConfig, tx, mesh, rules: rules_lib.Rules):
     return abstract, shardings
 
 
-def setup(cfg: config_lib.Config, workdir: str) -> common.Runtime:
-    """`common.setup` with the RM's train state (backbone + head) in place of the policy's."""
-    rt = common.setup(cfg, workdir, total_steps=cfg.train.steps)
+def setup(cfg: config_lib.Config, workdir: str) -> stage_setup.Runtime:
+    """`stage_setup.setup` with the RM's train state (backbone + head) in place of the policy's."""
+    rt = stage_setup.setup(cfg, workdir, total_steps=cfg.train.steps)
     abstract, shardings = abstract_state(cfg.model, rt.tx, rt.mesh, rt.rules)
     return dataclasses.replace(rt, abstract_state=abstract, state_shardings=shardings)
 
 
-def init_state(cfg: config_lib.Config, rt: common.Runtime) -> tuple[Any, dict]:
+def init_state(cfg: config_lib.Config, rt: stage_setup.Runtime) -> tuple[Any, dict]:
     """RM train state by the resume order; `init.init_from` names policy params (SFT)."""
     rng = jax.random.key(cfg.train.seed)
     backbone = rt.abstract_state.params["backbone"]
@@ -127,7 +126,7 @@ def init_state(cfg: config_lib.Config, rt: common.Runtime) -> tuple[Any, dict]:
             return init(rng)
 
     # `init.init_from` names policy params, not an RM state: `fresh` loads them.
-    state, data, where = common.restore(rt, fresh, None, init_from="")
+    state, data, where = stage_setup.restore(rt, fresh, None, init_from="")
     if where == "scratch" and cfg.init.init_from:
         where = f"init_from {cfg.init.init_from} (policy backbone, fresh head)"
     logging.info("[%s] state from %s", cfg.stage, where)
@@ -267,7 +266,9 @@ def eval_batches(cfg: config_lib.Config, tok, opts: RMOptions, template, rows: i
     ]
 
 
-def make_evaluate(cfg: config_lib.Config, rt: common.Runtime, batches: list[dict], margin: float):
+def make_evaluate(
+    cfg: config_lib.Config, rt: stage_setup.Runtime, batches: list[dict], margin: float
+):
     """params → {pairwise_accuracy (gold), pairwise_accuracy_noisy (labels), eval_loss, …}."""
     loss_fn = make_loss_fn(cfg, margin)
 
@@ -297,7 +298,7 @@ def make_evaluate(cfg: config_lib.Config, rt: common.Runtime, batches: list[dict
     return evaluate
 
 
-def rows_per_process(cfg: config_lib.Config, rt: common.Runtime, rows_per_pair: float) -> int:
+def rows_per_process(cfg: config_lib.Config, rt: stage_setup.Runtime, rows_per_pair: float) -> int:
     """Packed rows of a step on this process, divisible into micro-batches over the data axes."""
     pairs = cfg.train.batch_size // jax.process_count()
     dp = rules_lib.batch_shards(rt.mesh, rt.rules)
@@ -307,12 +308,12 @@ def rows_per_process(cfg: config_lib.Config, rt: common.Runtime, rows_per_pair: 
 
 def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     """Trains (or resumes) the reward model; returns the final held-out metrics."""
-    stage_dir = common.stage_dir(workdir, cfg.stage)
+    stage_dir = stage_setup.stage_dir(workdir, cfg.stage)
     if checkpointing.is_done(stage_dir):
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
     opts = options(cfg)
-    tok, template, _ = common.text_for(cfg, stage_dir)
+    tok, template, _ = stage_setup.text_for(cfg, stage_dir)
     per_process = cfg.train.batch_size // jax.process_count()
     train = pipelines.preference_loader(
         tok,

@@ -18,8 +18,7 @@ from nemocascade import checkpointing, config as config_lib
 from nemocascade.data import chat_template, pipelines
 from nemocascade.losses import sft as sft_loss
 from nemocascade.sharding import rules as rules_lib
-from nemocascade.trainer import forward, loop, step as step_lib
-from nemocascade.trainer.stages import common, evaluation
+from nemocascade.trainer import forward, loop, stage_eval, stage_setup, step as step_lib
 
 
 def make_loss_fn(cfg: config_lib.Config):
@@ -34,7 +33,7 @@ def make_loss_fn(cfg: config_lib.Config):
     return loss_fn
 
 
-def make_eval_loss(cfg: config_lib.Config, rt: common.Runtime, batches: list[dict]):
+def make_eval_loss(cfg: config_lib.Config, rt: stage_setup.Runtime, batches: list[dict]):
     """Held-out token-mean loss over fixed eval batches."""
     loss_fn = make_loss_fn(cfg)
 
@@ -98,14 +97,14 @@ def loaders(cfg: config_lib.Config, tok, template=chat_template.DEFAULT):
 
 def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     """Trains (or resumes) the SFT stage; returns final metrics."""
-    stage_dir = common.stage_dir(workdir, cfg.stage)
+    stage_dir = stage_setup.stage_dir(workdir, cfg.stage)
     if checkpointing.is_done(stage_dir):
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
-    tok, template, _ = common.text_for(cfg, stage_dir)
+    tok, template, _ = stage_setup.text_for(cfg, stage_dir)
     train, held_out = loaders(cfg, tok, template)
-    rt = common.setup(cfg, workdir)
-    state, data_state, _ = common.init_state(rt)
+    rt = stage_setup.setup(cfg, workdir)
+    state, data_state, _ = stage_setup.init_state(rt)
     if data_state:
         train.set_state(data_state)
     step_fn = step_lib.make_train_step(
@@ -129,7 +128,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     if final:
         rt.writer.write(cfg.train.steps, final)
         logging.info("[%s] final held-out loss %.4f", cfg.stage, final["eval_loss"])
-    final.update(evaluation.write_matrix(cfg, tok, template, rt, state.params))
+    final.update(stage_eval.write_matrix(cfg, tok, template, rt, state.params))
     checkpointing.export_params(stage_dir, state.params, {"stage": cfg.stage, **final})
     rt.close()
     return final
