@@ -25,7 +25,8 @@ MODEL_FIELDS = dict(
     num_kv_heads=2,
     head_dim=64,
     d_ff=768,
-    rope_theta=10_000.0,
+    # Qwen3's base; Tunix 0.1.7's Qwen3 applies 1e6 whatever its config says.
+    rope_theta=1_000_000.0,
     rms_eps=1e-6,
     qk_norm=True,
     tie_embeddings=True,
