@@ -60,6 +60,9 @@ setuptools.setup(
             "uvicorn>=0.29",
             "httpx>=0.27",
         ],
+        # bench/peers.py: TRL and Tunix side by side. Install into a separate
+        # virtualenv (`--system-site-packages`): TRL pins another transformers.
+        "peers": ["trl==1.16.0", "google-tunix==0.1.7", "kernels>=0.12,<0.13"],
         # python -m nemocascade.serve: the OpenAI-compatible server
         "serve": ["starlette>=0.37", "uvicorn>=0.29", "httpx>=0.27"],
     },
