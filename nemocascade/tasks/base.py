@@ -11,6 +11,9 @@ import dataclasses
 from typing import Any
 
 DOMAINS = ("math", "code", "if", "chat", "swe")
+# The same domains in the order the Cascade 1 chain trains them (report columns).
+CASCADE_ORDER = ("chat", "if", "math", "code", "swe")
+assert sorted(CASCADE_ORDER) == sorted(DOMAINS)
 SPLITS = ("sft", "rl", "eval")
 MODES = ("thinking", "instruct")
 

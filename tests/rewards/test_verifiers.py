@@ -145,7 +145,7 @@ def test_if_sft_answers_are_imperfect_as_intended():
 
 
 def test_registry_names():
-    assert set(registry.names()) == {"math", "code", "if", "chat_gold"}
+    assert set(registry.names()) == {"math", "code", "if", "chat_gold", "swe", "swe_resolved"}
     assert registry.for_domain("chat") is registry.get("chat_gold")
     with pytest.raises(KeyError, match="valid: math, code, if, chat_gold"):
         registry.get("chat")
