@@ -17,12 +17,21 @@ from typing import Any
 from etils import epath
 from ml_collections import config_dict
 
+from nemocascade.data import chat_template, jinja_template
+from nemocascade.losses import advantages, kl, policy
 from nemocascade.model import presets
+from nemocascade.rewards.sandbox import jail
 from nemocascade.tasks import base as tasks_base
 
 
 class ConfigError(ValueError):
     """A config value is invalid; the message names the field."""
+
+
+# Choices that belong to the trainer's host code (the library ones are imported).
+RL_MODES = (*tasks_base.MODES, "half_half")
+OVERLONG = ("filter", "zero_reward", "none")
+DYNAMIC_FILTERS = ("none", "batch", "epoch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +154,7 @@ class RLConfig:
     resample_easy: float = 0.01
     resample_hard: float = 0.1
     advantage: str = "grpo"  # grpo | loo | mean_only
-    reward_shaping: str = "none"  # none | zscore_tanh
+    reward_shaping: str = "none"  # none | zscore_tanh | zscore (losses/advantages.SHAPINGS)
     aggregation: str = "token_mean"
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -159,6 +168,11 @@ class RLConfig:
     verifier_workers: int = 2
     verifier_timeout_s: float = 10.0
     teachers: str = ""  # MOPD: "domain=dir,..." (stage dir or exported params); see parse_teachers
+
+    @property
+    def train_modes(self) -> tuple[str, ...]:
+        """The decoding modes the stage samples in (`half_half`: both)."""
+        return tasks_base.MODES if self.mode == "half_half" else (self.mode,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,10 +341,13 @@ def validate(cfg: Config) -> Config:
         _check(
             mode in tasks_base.MODES, f"config.data.modes has {mode!r}; valid {tasks_base.MODES}"
         )
-    _check(d.template_style in ("c1", "c2"), f"config.data.template_style={d.template_style!r}")
     _check(
-        d.mode_switch in ("enable_thinking", "soft_switch"),
-        f"config.data.mode_switch={d.mode_switch!r}; choose enable_thinking or soft_switch",
+        d.template_style in chat_template.STYLES,
+        f"config.data.template_style={d.template_style!r}; choose from {chat_template.STYLES}",
+    )
+    _check(
+        d.mode_switch in jinja_template.MODE_SWITCHES,
+        f"config.data.mode_switch={d.mode_switch!r}; choose from {jinja_template.MODE_SWITCHES}",
     )
     _check(d.loss_turns in ("all", "last"), f"config.data.loss_turns={d.loss_turns!r}")
     _check(d.long_prompts in ("drop", "error"), f"config.data.long_prompts={d.long_prompts!r}")
@@ -352,8 +369,8 @@ def validate(cfg: Config) -> Config:
     )
     _validate_rl(cfg.rl)
     _check(
-        cfg.sandbox.backend in ("bwrap", "rlimit"),
-        f"config.sandbox.backend={cfg.sandbox.backend!r}; choose bwrap or rlimit",
+        cfg.sandbox.backend in jail.BACKENDS,
+        f"config.sandbox.backend={cfg.sandbox.backend!r}; choose from {jail.BACKENDS}",
     )
     _check(
         not (cfg.rl.domain_weights and d.files),
@@ -414,28 +431,31 @@ def _validate_rl(r: RLConfig):
         f"config.rl.domain_weights={r.domain_weights} needs one positive weight per domain "
         f"of config.rl.domains={r.domains}",
     )
-    _check(r.mode in ("thinking", "instruct", "half_half"), f"config.rl.mode={r.mode!r}")
+    _check(r.mode in RL_MODES, f"config.rl.mode={r.mode!r}; choose from {RL_MODES}")
     _check(r.group_size >= 2, f"config.rl.group_size must be >= 2, got {r.group_size}")
     _check(r.prompts_per_step > 0, "config.rl.prompts_per_step must be > 0")
     _check(r.temperature > 0, f"config.rl.temperature must be > 0, got {r.temperature}")
     _check(0 < r.top_p <= 1, f"config.rl.top_p must be in (0, 1], got {r.top_p}")
     _check(r.top_k >= 0, "config.rl.top_k must be >= 0 (0 disables)")
     _check(r.max_new_tokens > 0, "config.rl.max_new_tokens must be > 0")
-    _check(r.overlong in ("filter", "zero_reward", "none"), f"config.rl.overlong={r.overlong!r}")
+    _check(r.overlong in OVERLONG, f"config.rl.overlong={r.overlong!r}; choose from {OVERLONG}")
     _check(
-        r.dynamic_filter in ("none", "batch", "epoch"),
-        f"config.rl.dynamic_filter={r.dynamic_filter!r}",
-    )
-    _check(r.advantage in ("grpo", "loo", "mean_only"), f"config.rl.advantage={r.advantage!r}")
-    _check(
-        r.reward_shaping in ("none", "zscore_tanh"),
-        f"config.rl.reward_shaping={r.reward_shaping!r}",
+        r.dynamic_filter in DYNAMIC_FILTERS,
+        f"config.rl.dynamic_filter={r.dynamic_filter!r}; choose from {DYNAMIC_FILTERS}",
     )
     _check(
-        r.aggregation in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
-        f"config.rl.aggregation={r.aggregation!r}",
+        r.advantage in advantages.MODES,
+        f"config.rl.advantage={r.advantage!r}; choose from {advantages.MODES}",
     )
-    _check(r.kl_kind in ("k1", "k2", "k3"), f"config.rl.kl_kind={r.kl_kind!r}")
+    _check(
+        r.reward_shaping in ("none", *advantages.SHAPINGS),
+        f"config.rl.reward_shaping={r.reward_shaping!r}; choose from none, {advantages.SHAPINGS}",
+    )
+    _check(
+        r.aggregation in policy.AGGREGATIONS,
+        f"config.rl.aggregation={r.aggregation!r}; choose from {policy.AGGREGATIONS}",
+    )
+    _check(r.kl_kind in kl.KINDS, f"config.rl.kl_kind={r.kl_kind!r}; choose from {kl.KINDS}")
     _check(r.kl_coef >= 0, f"config.rl.kl_coef must be >= 0, got {r.kl_coef}")
     _check(r.entropy_coef >= 0, f"config.rl.entropy_coef must be >= 0, got {r.entropy_coef}")
     _check(0 <= r.clip_low < 1, f"config.rl.clip_low must be in [0, 1), got {r.clip_low}")

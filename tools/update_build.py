@@ -45,7 +45,8 @@ LAYERS: dict[str, list[str]] = {
     # The config checks its values with the libraries it configures (benchmark suite
     # names, reward plug-ins), so it sits above them; no library imports the config.
     "nemocascade_config": ["nemocascade_evaluation", "nemocascade_model", "nemocascade_sharding"]
-    + ["nemocascade_tasks", "nemocascade_rewards"],
+    + ["nemocascade_tasks", "nemocascade_rewards", "nemocascade_rewards_sandbox"]
+    + ["nemocascade_data", "nemocascade_losses"],
     "nemocascade_data": ["nemocascade_tasks", "nemocascade_rewards"],
     "nemocascade_rollout": ["nemocascade_data", "nemocascade_model", "nemocascade_sharding"]
     + ["nemocascade_tasks"],

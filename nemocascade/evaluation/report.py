@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from nemocascade import metrics as metrics_lib
 from nemocascade.rewards import sandbox
+from nemocascade.tasks import base as tasks_base
 
-DOMAINS = ("chat", "if", "math", "code")
-MODES = ("thinking", "instruct")
+DOMAINS = tasks_base.CASCADE_ORDER  # report columns: the domains in the order C1 trains them
+MODES = tasks_base.MODES
 
 
 def headline_key(domain: str, mode: str) -> str:
@@ -33,25 +34,35 @@ def collect(workdir: str, stages: Sequence[str]) -> dict[str, dict[str, float]]:
     return out
 
 
+def drops(
+    reference: Mapping[str, float], now: Mapping[str, float], tolerance: float
+) -> dict[str, tuple[float, float]]:
+    """The forgetting rule: {cell: (reference, now)} for each cell more than
+    `tolerance` below its reference value. The report's reference is a cell's
+    best earlier stage; the in-stage guard's is the stage's start."""
+    return {
+        k: (reference[k], now[k])
+        for k in reference
+        if k in now and now[k] < reference[k] - tolerance
+    }
+
+
 def forgetting(workdir: str, stages: Sequence[str], tolerance: float) -> list[str]:
     """Cells that fell more than `tolerance` below their best earlier value."""
     table = collect(workdir, stages)
-    done = [s for s in stages if s in table]
-    flags = []
     keys = [headline_key(d, m) for d in DOMAINS for m in MODES] + benchmark_keys(table)
-    for key in keys:  # domain cells and benchmark-suite cells
-        best, best_stage = None, None
-        for s in done:
-            v = table[s].get(key)
-            if v is None:
-                continue
-            if best is not None and v < best - tolerance:
-                flags.append(
-                    f"{key} dropped from {best:.3f} (after {best_stage}) to {v:.3f} "
-                    f"after {s} (tolerance {tolerance:.3f})"
-                )
-            if best is None or v > best:
-                best, best_stage = v, s
+    flags = []
+    best: dict[str, tuple[float, str]] = {}  # cell -> (best value so far, its stage)
+    for s in (s for s in stages if s in table):
+        now = {k: table[s][k] for k in keys if k in table[s]}
+        for k, (was, is_) in drops({k: v for k, (v, _) in best.items()}, now, tolerance).items():
+            flags.append(
+                f"{k} dropped from {was:.3f} (after {best[k][1]}) to {is_:.3f} "
+                f"after {s} (tolerance {tolerance:.3f})"
+            )
+        for k, v in now.items():
+            if k not in best or v > best[k][0]:
+                best[k] = (v, s)
     return flags
 
 

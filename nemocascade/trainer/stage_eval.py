@@ -17,10 +17,6 @@ from nemocascade.evaluation import benchmarks, matrix
 from nemocascade.sharding import rules as rules_lib
 
 
-def _rl_modes(rl: config_lib.RLConfig) -> tuple[str, ...]:
-    return ("thinking", "instruct") if rl.mode == "half_half" else (rl.mode,)
-
-
 def own_domain_eval(cfg: config_lib.Config, tok, template, rt):
     """params → {"eval/<domain>/<mode>/pass@1": …} on the stage's own domains and modes."""
 
@@ -32,7 +28,7 @@ def own_domain_eval(cfg: config_lib.Config, tok, template, rt):
             cfg.model,
             tok,
             domains=cfg.rl.domains,
-            modes=_rl_modes(cfg.rl),
+            modes=cfg.rl.train_modes,
             num_per_domain=cfg.rl.eval_num,
             max_new_tokens=cfg.eval.max_new_tokens,
             thinking_budget=cfg.eval.thinking_budget,

@@ -56,7 +56,7 @@ def check_sources(cfg: config_lib.Config) -> None:
 
 
 def modes_in_use(cfg: config_lib.Config) -> set[str]:
-    rl_modes = {"half_half": {"thinking", "instruct"}}.get(cfg.rl.mode, {cfg.rl.mode})
+    rl_modes = set(cfg.rl.train_modes)
     eval_modes = set(cfg.eval.modes) if cfg.eval.num_per_domain > 0 else set()
     if cfg.stage == "sft":
         return set(cfg.data.modes) | eval_modes

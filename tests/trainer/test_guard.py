@@ -9,6 +9,7 @@ import jax
 import pytest
 
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
+from nemocascade.evaluation import report
 from nemocascade.model import transformer
 from nemocascade.trainer import cascade, stage_setup
 from nemocascade.trainer.onpolicy import guard as guard_lib
@@ -19,8 +20,8 @@ from tests.trainer import test_rl_stage
 def test_drops_counts_only_falls_beyond_the_tolerance():
     base = {"a": 0.50, "b": 0.50, "c": 0.50}
     now = {"a": 0.48, "b": 0.46, "c": 0.90, "d": 0.0}
-    assert guard_lib.drops(base, now, 0.03) == {"b": (0.50, 0.46)}
-    assert guard_lib.drops(base, now, 0.0) == {"a": (0.50, 0.48), "b": (0.50, 0.46)}
+    assert report.drops(base, now, 0.03) == {"b": (0.50, 0.46)}
+    assert report.drops(base, now, 0.0) == {"a": (0.50, 0.48), "b": (0.50, 0.46)}
 
 
 def _guarded_config(stop: bool, steps: int = 3):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -27,15 +26,6 @@ from nemocascade import checkpointing, config as config_lib
 from nemocascade.evaluation import benchmarks, report
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer import stage_eval, stage_setup
-
-
-def drops(
-    baseline: Mapping[str, float], now: Mapping[str, float], tolerance: float
-) -> dict[str, tuple[float, float]]:
-    """{cell: (baseline, now)} for every cell more than `tolerance` below its baseline."""
-    return {
-        k: (baseline[k], now[k]) for k in baseline if k in now and now[k] < baseline[k] - tolerance
-    }
 
 
 def guarded_domains(cfg: config_lib.Config) -> tuple[str, ...]:
@@ -108,7 +98,7 @@ class ForgettingGuard:
             return False
         now = self._cells(state.params)
         self._rt.writer.write(step, {f"guard/{k}": v for k, v in now.items()})
-        dropped = drops(self.baseline or {}, now, self._tol)
+        dropped = report.drops(self.baseline or {}, now, self._tol)
         if not dropped:
             if self._manager.latest_step() != step:  # a resumed stage may pass a step twice
                 self._manager.save(step, state, data_state, force=True)

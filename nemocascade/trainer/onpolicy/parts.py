@@ -65,7 +65,7 @@ def prompt_filter(cfg: config_lib.Config, tok, template) -> Callable[[tasks_base
     r = cfg.rl
     longest = max([r.max_new_tokens] + [c.max_new_tokens for c in r.curriculum])
     room = cfg.model.max_seq_len - longest
-    modes = ("thinking", "instruct") if r.mode == "half_half" else (r.mode,)
+    modes = r.train_modes
 
     def keep(example: tasks_base.Example) -> bool:
         n = max(len(chat_template.render_example_prompt(tok, example, m, template)) for m in modes)
