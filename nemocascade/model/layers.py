@@ -100,6 +100,7 @@ class Attention(nn.Module):
     """
 
     cfg: presets.ModelConfig
+    per_row_cache: bool = False  # q_slot_bt differs per row (one write slot each)
 
     @nn.compact
     def __call__(self, x_btd, positions_bt, q_slot_bt, q_seg_bt, cache=None, layer=0):
@@ -128,6 +129,13 @@ class Attention(nn.Module):
 
         if not cache:
             new_cache = cache
+        elif self.per_row_cache:
+            # Each row writes its own slots (a scatter over [B, T] indices).
+            rows_bt = jnp.broadcast_to(jnp.arange(q_slot_bt.shape[0])[:, None], q_slot_bt.shape)
+            new_cache = {
+                name: cache[name].at[layer, rows_bt, q_slot_bt].set(new.astype(cache[name].dtype))
+                for name, new in (("k", k_btkh), ("v", v_btkh), ("seg", q_seg_bt))
+            }
         else:
             # Write only the new tokens' slots of this layer into the full
             # [L, B, S, ...] cache; the cache is carried through the layer scan
@@ -157,7 +165,7 @@ class Attention(nn.Module):
         )
         if cache:
             # Reads only the filled part of this layer's cache (length buckets).
-            filled = start + q_btnh.shape[1]
+            filled = jnp.max(q_slot_bt) + 1 if self.per_row_cache else start + q_btnh.shape[1]
             out_btnh = attention_decode.attention(
                 attend, q_btnh, q_slot_bt, q_seg_bt, new_cache, layer, filled
             )

@@ -31,13 +31,14 @@ class Block(nn.Module):
     """Pre-norm decoder block: x + attn(norm(x)); x + mlp(norm(x))."""
 
     cfg: presets.ModelConfig
+    per_row_cache: bool = False
 
     @nn.compact
     def __call__(self, carry, layer, positions_bt, q_slot_bt, q_seg_bt):
         x_btd, cache = carry
         cfg = self.cfg
         norm = functools.partial(layers.RMSNorm, cfg.rms_eps, cfg.dtype, cfg.param_dtype)
-        h, cache = layers.Attention(cfg, name="attn")(
+        h, cache = layers.Attention(cfg, self.per_row_cache, name="attn")(
             norm(name="attn_norm")(x_btd), positions_bt, q_slot_bt, q_seg_bt, cache, layer
         )
         x_btd = layers.constrain(x_btd + h, _ACT)
@@ -54,7 +55,9 @@ class Transformer(nn.Module):
       segment_ids_bt: 1.. per sequence, 0 for padding; attention stays within a segment.
       cache: optional KV cache (see `init_cache`); tokens are written at slots
         `cache_index .. cache_index+T-1` and attend to everything written before.
-      cache_index: scalar slot of the first token when decoding with a cache.
+      cache_index: slot of the first token when decoding with a cache: a
+        scalar (every row writes the same slots) or int32 [B], one per row
+        (continuous batching: rows at different completion lengths).
 
     Returns:
       (hidden_btd after the final norm, updated cache or None).
@@ -68,8 +71,11 @@ class Transformer(nn.Module):
         b, t = tokens_bt.shape
         if segment_ids_bt is None:
             segment_ids_bt = jnp.ones((b, t), jnp.int32)
+        per_row = jnp.ndim(cache_index) == 1
         q_slot_bt = jnp.broadcast_to(
-            jnp.asarray(cache_index, jnp.int32) + jnp.arange(t, dtype=jnp.int32), (b, t)
+            jnp.reshape(jnp.asarray(cache_index, jnp.int32), (-1, 1))
+            + jnp.arange(t, dtype=jnp.int32),
+            (b, t),
         )
         embed = nn.Embed(
             cfg.vocab_size,
@@ -100,11 +106,11 @@ class Transformer(nn.Module):
                 in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
                 length=cfg.num_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
-            )(cfg, name="layers")
+            )(cfg, per_row, name="layers")
             carry, _ = stack(carry, jnp.arange(cfg.num_layers, dtype=jnp.int32), *args)
         else:
             for i in range(cfg.num_layers):
-                carry, _ = block(cfg, name=f"layer_{i}")(carry, jnp.int32(i), *args)
+                carry, _ = block(cfg, per_row, name=f"layer_{i}")(carry, jnp.int32(i), *args)
         x_btd, new_cache = carry
         new_cache = new_cache or None
         hidden = layers.RMSNorm(cfg.rms_eps, cfg.dtype, cfg.param_dtype, name="final_norm")(x_btd)

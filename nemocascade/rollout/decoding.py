@@ -26,6 +26,9 @@ produced a stop token.
 
 Log-probs are those of `sampling_methods.choose` (the distribution actually sampled
 from); forced tokens get the untruncated log-prob at the sampling temperature.
+The per-step rules live in `decode_step.advance`, shared with the continuous
+engine (`continuous.py`); row i's random key is folded from (i, completion
+index), so a row's samples do not depend on its batch neighbours.
 """
 
 from __future__ import annotations
@@ -42,14 +45,14 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from nemocascade.model import presets, transformer
-from nemocascade.rollout import sampling_methods
+from nemocascade.rollout import decode_step, sampling_methods
 from nemocascade.sharding import rules as rules_lib
 
 MIN_PROMPT_BUCKET = 16
-MAX_STOP_IDS = 8  # capacity of the traced stop-id array (padded with -1)
-MAX_THINK_CLOSE_IDS = 16  # capacity of the traced forced-close array
+MAX_STOP_IDS = decode_step.MAX_STOP_IDS
+MAX_THINK_CLOSE_IDS = decode_step.MAX_THINK_CLOSE_IDS
 _HOST_ARGS = ("prompt", "pad", "live", "budget", "answer_budget")
-NO_BUDGET = 2**30  # "unlimited" thinking / answer budget of a row
+NO_BUDGET = decode_step.NO_BUDGET
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +100,7 @@ class _State:
     logprobs_bm: jax.Array
     forced_bm: jax.Array
     mask_bm: jax.Array
-    done_b: jax.Array
-    stopped_b: jax.Array
-    think_open_b: jax.Array
-    force_pos_b: jax.Array  # -1 before forcing, then index into think_close_ids
-    answer_left_b: jax.Array  # answer tokens left after a forced close
+    flags: decode_step.RowFlags
 
 
 def prompt_bucket(length: int) -> int:
@@ -129,10 +128,10 @@ def _decode(
     hidden_btd, cache = model.apply(
         {"params": params}, prompt_bp, pos_bp, seg_bp, cache=cache, cache_index=0
     )
-    close, num_close = ids["close"], ids["num_close"]
+    request_b = jnp.arange(b, dtype=jnp.int32)
 
     def cond(s: _State):
-        return (s.step < m) & ~jnp.all(s.done_b)
+        return (s.step < m) & ~jnp.all(s.flags.done_b)
 
     def body(s: _State) -> _State:
         # Logits of the current position only: [B, V], bounded by the batch.
@@ -142,28 +141,20 @@ def _decode(
             w_dv.astype(s.hidden_bd.dtype),
             preferred_element_type=jnp.float32,
         )
-        tok_b, lp_b = sampling_methods.choose(
-            logits_bv, static.method, jax.random.fold_in(rng, s.step)
+        step_b = jnp.broadcast_to(s.step, (b,))
+        active_b = ~s.flags.done_b
+        tok_b, lp_b, forced_b, flags = decode_step.advance(
+            logits_bv,
+            sampling_methods.row_keys(rng, request_b, step_b),
+            step_b,
+            active_b,
+            s.flags,
+            budget_b,
+            answer_budget_b,
+            ids,
+            method=static.method,
+            pad_id=static.pad_id,
         )
-        active_b = ~s.done_b
-        # Thinking budget: rows past it inside an open block emit the close ids.
-        start_b = s.think_open_b & (s.step >= budget_b) & (s.force_pos_b < 0)
-        force_pos_b = jnp.where(start_b, 0, s.force_pos_b)
-        forced_b = (force_pos_b >= 0) & (force_pos_b < num_close)
-        answering_b = (force_pos_b >= 0) & (force_pos_b == num_close)
-        forced_tok_b = close[jnp.clip(force_pos_b, 0, MAX_THINK_CLOSE_IDS - 1)]
-        tok_b = jnp.where(forced_b, forced_tok_b, tok_b)
-        lp_b = jnp.where(
-            forced_b, sampling_methods.logprob_of(logits_bv, forced_tok_b, static.method), lp_b
-        )
-        force_pos_b = force_pos_b + forced_b
-        closed_b = forced_b & (force_pos_b == num_close)
-        think_open_b = s.think_open_b & (tok_b != ids["end"]) & ~closed_b
-        answer_left_b = jnp.where(closed_b, answer_budget_b, s.answer_left_b - answering_b)
-        over_budget_b = (closed_b | answering_b) & (answer_left_b <= 0)
-
-        tok_b = jnp.where(active_b, tok_b, static.pad_id)
-        stop_b = active_b & jnp.isin(tok_b, ids["stop"])
 
         def put(buf_bm, val_b):
             return jax.lax.dynamic_update_slice_in_dim(
@@ -184,14 +175,10 @@ def _decode(
             hidden_bd=hidden_b1d[:, 0],
             cache=cache,
             tokens_bm=put(s.tokens_bm, tok_b),
-            logprobs_bm=put(s.logprobs_bm, jnp.where(active_b, lp_b, 0.0)),
-            forced_bm=put(s.forced_bm, forced_b & active_b),
+            logprobs_bm=put(s.logprobs_bm, lp_b),
+            forced_bm=put(s.forced_bm, forced_b),
             mask_bm=put(s.mask_bm, active_b),
-            done_b=s.done_b | stop_b | (active_b & over_budget_b),
-            stopped_b=s.stopped_b | stop_b,
-            think_open_b=think_open_b,
-            force_pos_b=force_pos_b,
-            answer_left_b=answer_left_b,
+            flags=flags,
         )
 
     zeros_bm = jnp.zeros((b, m), jnp.int32)
@@ -203,11 +190,7 @@ def _decode(
         logprobs_bm=jnp.zeros((b, m), jnp.float32),
         forced_bm=zeros_bm,
         mask_bm=zeros_bm,
-        done_b=~live_b,
-        stopped_b=jnp.zeros((b,), bool),
-        think_open_b=budget_b < NO_BUDGET,
-        force_pos_b=jnp.full((b,), -1, jnp.int32),
-        answer_left_b=jnp.full((b,), NO_BUDGET, jnp.int32),
+        flags=decode_step.RowFlags.start(~live_b, budget_b),
     )
     s = jax.lax.while_loop(cond, body, state)
     out = {
@@ -215,7 +198,7 @@ def _decode(
         "completion_mask": s.mask_bm,
         "logprobs": s.logprobs_bm,
         "forced_mask": s.forced_bm,
-        "truncated": live_b & ~s.stopped_b,
+        "truncated": live_b & ~s.flags.stopped_b,
     }
     return out, s.cache
 
@@ -268,6 +251,50 @@ def _per_row(value: int | None | Sequence[int | None], n: int, name: str) -> np.
     return np.asarray([NO_BUDGET if v is None else v for v in values], np.int32)
 
 
+def request_arrays(
+    model_cfg: presets.ModelConfig,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    stop_ids: Sequence[int],
+    thinking_budget,
+    think_close_ids: Sequence[int],
+    think_end_id: int | None,
+    answer_budget,
+    pad_id: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """Checked per-request arrays (prompt lengths, budgets) and the traced ids dict."""
+    n = len(prompts)
+    if n == 0 or any(len(q) == 0 for q in prompts):
+        raise ValueError("generate needs at least one prompt and no empty prompt")
+    if max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+    lengths = np.asarray([len(q) for q in prompts], np.int32)
+    if lengths.max() + max_new_tokens > model_cfg.max_seq_len:
+        raise ValueError(
+            f"longest prompt ({lengths.max()}) + max_new_tokens ({max_new_tokens}) exceeds "
+            f"model.max_seq_len={model_cfg.max_seq_len}"
+        )
+    budget = _per_row(thinking_budget, n, "thinking_budget")
+    answer = _per_row(answer_budget, n, "answer_budget")
+    with_budget = bool((budget < NO_BUDGET).any())
+    if with_budget and (not think_close_ids or think_end_id is None):
+        raise ValueError("a thinking_budget needs think_close_ids and think_end_id")
+    if len(stop_ids) > MAX_STOP_IDS or len(think_close_ids) > MAX_THINK_CLOSE_IDS:
+        raise ValueError(
+            f"at most {MAX_STOP_IDS} stop_ids and {MAX_THINK_CLOSE_IDS} think_close_ids"
+        )
+    ids = {
+        "stop": np.full((MAX_STOP_IDS,), -1, np.int32),
+        "close": np.full((MAX_THINK_CLOSE_IDS,), pad_id, np.int32),
+        "num_close": np.int32(len(think_close_ids) if with_budget else 0),
+        "end": np.int32(think_end_id if with_budget else -1),
+    }
+    ids["stop"][: len(stop_ids)] = stop_ids
+    ids["close"][: len(think_close_ids)] = think_close_ids
+    return lengths, budget, answer, ids
+
+
 def generate(
     params: Any,
     model_cfg: presets.ModelConfig,
@@ -297,33 +324,17 @@ def generate(
     agree on one prompt bucket and local batch bucket first.
     """
     n = len(prompts)
-    if n == 0 or any(len(q) == 0 for q in prompts):
-        raise ValueError("generate needs at least one prompt and no empty prompt")
-    if max_new_tokens <= 0:
-        raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
-    lengths = np.asarray([len(q) for q in prompts], np.int32)
-    if lengths.max() + max_new_tokens > model_cfg.max_seq_len:
-        raise ValueError(
-            f"longest prompt ({lengths.max()}) + max_new_tokens ({max_new_tokens}) exceeds "
-            f"model.max_seq_len={model_cfg.max_seq_len}"
-        )
-    budget = _per_row(thinking_budget, n, "thinking_budget")
-    answer = _per_row(answer_budget, n, "answer_budget")
-    with_budget = bool((budget < NO_BUDGET).any())
-    if with_budget and (not think_close_ids or think_end_id is None):
-        raise ValueError("a thinking_budget needs think_close_ids and think_end_id")
-    if len(stop_ids) > MAX_STOP_IDS or len(think_close_ids) > MAX_THINK_CLOSE_IDS:
-        raise ValueError(
-            f"at most {MAX_STOP_IDS} stop_ids and {MAX_THINK_CLOSE_IDS} think_close_ids"
-        )
-    ids = {
-        "stop": np.full((MAX_STOP_IDS,), -1, np.int32),
-        "close": np.full((MAX_THINK_CLOSE_IDS,), pad_id, np.int32),
-        "num_close": np.int32(len(think_close_ids) if with_budget else 0),
-        "end": np.int32(think_end_id if with_budget else -1),
-    }
-    ids["stop"][: len(stop_ids)] = stop_ids
-    ids["close"][: len(think_close_ids)] = think_close_ids
+    lengths, budget, answer, ids = request_arrays(
+        model_cfg,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        stop_ids=stop_ids,
+        thinking_budget=thinking_budget,
+        think_close_ids=think_close_ids,
+        think_end_id=think_end_id,
+        answer_budget=answer_budget,
+        pad_id=pad_id,
+    )
 
     dp, longest, rows = 1, int(lengths.max()), n
     if mesh is not None:

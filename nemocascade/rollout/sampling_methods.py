@@ -1,7 +1,10 @@
 """Sampling methods: small frozen dataclasses and one pure function over `[B, V]` logits.
 
 `choose(logits_bv, method, rng)` returns the next token of every row and its
-log-prob under the distribution actually sampled from:
+log-prob under the distribution actually sampled from. `rng` is one key for the
+whole batch or one key per row (`row_keys`): with per-row keys a row's draw
+depends only on its own key, not on the batch it shares a step with, which is
+what lets the static and the continuous engines agree token for token.
 
 * `Greedy()`: the argmax; its log-prob is the temperature-1 log-softmax.
 * `Sample(temperature, top_k, top_p)`: logits are divided by the temperature,
@@ -85,8 +88,24 @@ def _truncated_sorted(scaled_bv: jax.Array, method: Sample) -> tuple[jax.Array, 
     return logp_bk, ids_bk
 
 
+def row_keys(rng: jax.Array, request_b: jax.Array, step_b: jax.Array) -> jax.Array:
+    """One key per row, from (request index, completion index) only: `[B]` keys."""
+    return jax.vmap(lambda r, s: jax.random.fold_in(jax.random.fold_in(rng, r), s))(
+        request_b, step_b
+    )
+
+
+def _categorical(rng: jax.Array, logits_bk: jax.Array) -> jax.Array:
+    if jnp.ndim(rng) == 0:
+        return jax.random.categorical(rng, logits_bk, axis=-1)
+    return jax.vmap(lambda k, x: jax.random.categorical(k, x, axis=-1))(rng, logits_bk)
+
+
 def choose(logits_bv: jax.Array, method: Method, rng: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Next tokens int32 [B] and their log-probs float32 [B] under `method`."""
+    """Next tokens int32 [B] and their log-probs float32 [B] under `method`.
+
+    `rng`: one key, or `[B]` keys (one per row).
+    """
     logits_bv = logits_bv.astype(jnp.float32)
     if isinstance(method, Greedy):
         tokens_b = jnp.argmax(logits_bv, axis=-1).astype(jnp.int32)
@@ -94,10 +113,10 @@ def choose(logits_bv: jax.Array, method: Method, rng: jax.Array) -> tuple[jax.Ar
     scaled_bv = logits_bv / method.temperature
     if not method.truncates:
         # No sort needed: sample straight from the full distribution.
-        tokens_b = jax.random.categorical(rng, scaled_bv, axis=-1).astype(jnp.int32)
+        tokens_b = _categorical(rng, scaled_bv).astype(jnp.int32)
         return tokens_b, _gather(jax.nn.log_softmax(scaled_bv, axis=-1), tokens_b)
     logp_bk, ids_bk = _truncated_sorted(scaled_bv, method)
-    choice_b = jax.random.categorical(rng, logp_bk, axis=-1)
+    choice_b = _categorical(rng, logp_bk)
     return _gather(ids_bk, choice_b).astype(jnp.int32), _gather(logp_bk, choice_b)
 
 

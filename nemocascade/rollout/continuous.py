@@ -1,0 +1,402 @@
+"""Continuous batching: a fixed set of decode slots, refilled as rows finish.
+
+`generate` has the signature and the result (`decoding.Rollout`) of
+`decoding.generate`, plus the engine's knobs. Instead of decoding every
+request in one batch until its slowest row ends, it keeps `num_slots` rows in
+flight: the device runs a jitted decode chunk of up to `chunk_steps` steps
+(a `while_loop` that also stops once no slot is active); between chunks the
+host reads one `[S]` bool vector (which slots finished), pulls the finished
+rows' outputs, and admits pending requests into the freed slots (one jitted
+prefill + scatter). The host work between chunks is O(slots), not O(tokens).
+
+Layout. Every slot row of the cache has the static sampler's layout: the
+prompt left-padded to the bucket P of the longest prompt at cache slots
+[0, P), completion token j at slot P + j. Slots sit at different completion
+indices, so the decode step writes each row at its own cache slot (the
+model's per-row `cache_index`). A newly admitted request overwrites [0, P) of
+its row; the previous occupant's completion entries past that are never read,
+because a query at slot P + j attends only slots <= P + j, all rewritten by
+then.
+
+Equivalence. The per-step rules are `decode_step.advance`, the same function
+the static sampler runs, and a row's random key depends only on (request
+index, completion index); so for the same `rng` the tokens and log-probs equal
+`decoding.generate`'s, whatever slot a request lands in (up to float32
+summation order, which can differ with the cache length).
+
+Shared prefill. Requests admitted together whose prompts are identical (the
+`group_size` rollouts of one RL prompt) are prefilled once; the prompt's KV
+rows are copied into each of their slots (`share_prefill`).
+
+Compiles: the prefill is keyed by a power-of-two count of unique prompts, the
+harvest by a power-of-two count of finished rows; the decode chunk once.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nemocascade.model import presets, transformer
+from nemocascade.rollout import decode_step, decoding, sampling_methods
+from nemocascade.sharding import rules as rules_lib
+
+DEFAULT_SLOTS = 64
+DEFAULT_CHUNK_STEPS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    model_cfg: presets.ModelConfig
+    method: sampling_methods.Method
+    max_new_tokens: int
+    prompt_len: int
+    pad_id: int
+    chunk_steps: int
+    rules: rules_lib.Rules | None
+
+
+@flax.struct.dataclass
+class _Slots:
+    """Device state of the S decode slots (M = max_new_tokens)."""
+
+    cache: Any
+    hidden_sd: jax.Array  # final hidden state at each slot's last fed token
+    step_s: jax.Array  # completion index of the token chosen next
+    request_s: jax.Array  # request index (the random key depends on it)
+    pad_s: jax.Array  # left padding of the slot's prompt
+    budget_s: jax.Array
+    answer_s: jax.Array
+    live_s: jax.Array  # holds a request whose outputs are not harvested yet
+    flags: decode_step.RowFlags
+    tokens_sm: jax.Array
+    logprobs_sm: jax.Array
+    forced_sm: jax.Array
+    mask_sm: jax.Array
+
+
+def _rules_scope(static: _Static):
+    if static.rules is None:
+        return contextlib.nullcontext()
+    return nn.logical_axis_rules(static.rules)
+
+
+def _admit(
+    params, slots: _Slots, prompt_up, pad_u, src_f, dst_f, request_f, budget_f, answer_f, *, static
+):
+    """Prefills the U unique prompts and installs them in slots `dst_f` (S = none).
+
+    Slot `dst_f[i]` gets the KV rows and last hidden state of prompt `src_f[i]`.
+    """
+    cfg, m = static.model_cfg, static.max_new_tokens
+    u, p = prompt_up.shape
+    with _rules_scope(static):
+        slots_p = jnp.arange(p, dtype=jnp.int32)
+        seg_up = (slots_p[None] >= pad_u[:, None]).astype(jnp.int32)
+        pos_up = jnp.maximum(slots_p[None] - pad_u[:, None], 0)
+        hidden_upd, fresh = transformer.Transformer(cfg).apply(
+            {"params": params},
+            prompt_up,
+            pos_up,
+            seg_up,
+            cache=transformer.init_cache(cfg, u, p),
+            cache_index=0,
+        )
+    cache = {
+        k: slots.cache[k].at[:, dst_f, :p].set(fresh[k][:, src_f], mode="drop") for k in slots.cache
+    }
+
+    def put(buf, val):
+        val = jnp.broadcast_to(jnp.asarray(val, buf.dtype), dst_f.shape + buf.shape[1:])
+        return buf.at[dst_f].set(val, mode="drop")
+
+    start = decode_step.RowFlags.start(jnp.zeros(dst_f.shape, bool), budget_f)
+    return slots.replace(
+        cache=cache,
+        hidden_sd=put(slots.hidden_sd, hidden_upd[src_f, -1]),
+        step_s=put(slots.step_s, 0),
+        request_s=put(slots.request_s, request_f),
+        pad_s=put(slots.pad_s, pad_u[src_f]),
+        budget_s=put(slots.budget_s, budget_f),
+        answer_s=put(slots.answer_s, answer_f),
+        live_s=put(slots.live_s, True),
+        flags=jax.tree.map(put, slots.flags, start),
+        tokens_sm=put(slots.tokens_sm, jnp.full((m,), static.pad_id)),
+        logprobs_sm=put(slots.logprobs_sm, 0.0),
+        forced_sm=put(slots.forced_sm, 0),
+        mask_sm=put(slots.mask_sm, 0),
+    )
+
+
+def _chunk(params, slots: _Slots, ids, rng, *, static):
+    """Up to `chunk_steps` decode steps of every active slot (stops early when none is)."""
+    cfg, m, p = static.model_cfg, static.max_new_tokens, static.prompt_len
+    model = transformer.Transformer(cfg)
+    w_dv = transformer.unembedding(params, cfg)
+    rows_s = jnp.arange(slots.step_s.shape[0])
+
+    def active(sl: _Slots):
+        return sl.live_s & ~sl.flags.done_b
+
+    def cond(carry):
+        i, sl = carry
+        return (i < static.chunk_steps) & jnp.any(active(sl))
+
+    def body(carry):
+        i, sl = carry
+        active_s = active(sl)
+        logits_sv = jnp.einsum(
+            "sd,dv->sv",
+            sl.hidden_sd,
+            w_dv.astype(sl.hidden_sd.dtype),
+            preferred_element_type=jnp.float32,
+        )
+        tok_s, lp_s, forced_s, flags = decode_step.advance(
+            logits_sv,
+            sampling_methods.row_keys(rng, sl.request_s, sl.step_s),
+            sl.step_s,
+            active_s,
+            sl.flags,
+            sl.budget_s,
+            sl.answer_s,
+            ids,
+            method=static.method,
+            pad_id=static.pad_id,
+        )
+        col_s = jnp.where(active_s, sl.step_s, m)  # column m is dropped
+
+        def put(buf, val):
+            return buf.at[rows_s, col_s].set(val.astype(buf.dtype), mode="drop")
+
+        # Inactive slots write a padding entry at slot 0 of their own row.
+        slot_s = jnp.where(active_s, p + sl.step_s, 0)
+        with _rules_scope(static):
+            hidden_s1d, cache = model.apply(
+                {"params": params},
+                tok_s[:, None],
+                jnp.where(active_s, slot_s - sl.pad_s, 0)[:, None],
+                active_s[:, None].astype(jnp.int32),
+                cache=sl.cache,
+                cache_index=slot_s,
+            )
+        step_s = sl.step_s + active_s
+        flags = flags.replace(done_b=flags.done_b | (active_s & (step_s >= m)))
+        return i + 1, sl.replace(
+            cache=cache,
+            hidden_sd=hidden_s1d[:, 0],
+            step_s=step_s,
+            flags=flags,
+            tokens_sm=put(sl.tokens_sm, tok_s),
+            logprobs_sm=put(sl.logprobs_sm, lp_s),
+            forced_sm=put(sl.forced_sm, forced_s),
+            mask_sm=put(sl.mask_sm, active_s),
+        )
+
+    _, slots = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), slots))
+    return slots, slots.live_s & slots.flags.done_b
+
+
+def _harvest(slots: _Slots, idx_h):
+    """Outputs of slots `idx_h` (S = none) and the state with those slots released."""
+    out = {
+        "completion_tokens": slots.tokens_sm,
+        "logprobs": slots.logprobs_sm,
+        "forced_mask": slots.forced_sm,
+        "completion_mask": slots.mask_sm,
+        "stopped": slots.flags.stopped_b,
+    }
+    out = jax.tree.map(lambda x: x.at[idx_h].get(mode="fill", fill_value=0), out)
+    return out, slots.replace(live_s=slots.live_s.at[idx_h].set(False, mode="drop"))
+
+
+_admit_jit = jax.jit(_admit, static_argnames=("static",), donate_argnames=("slots",))
+_chunk_jit = jax.jit(_chunk, static_argnames=("static",), donate_argnames=("slots",))
+_harvest_jit = jax.jit(_harvest, donate_argnames=("slots",))
+
+
+def _empty_slots(cfg: presets.ModelConfig, s: int, p: int, m: int, pad_id: int, mesh, rules):
+    cache = decoding._allocate_cache(cfg, s, p + m, mesh, rules)
+    def zeros_s():  # one buffer per field: the state is donated as a whole
+        return jnp.zeros((s,), jnp.int32)
+
+    return _Slots(
+        cache=cache,
+        hidden_sd=jnp.zeros((s, cfg.d_model), transformer.layers.dtype_of(cfg.dtype)),
+        step_s=zeros_s(),
+        request_s=zeros_s(),
+        pad_s=zeros_s(),
+        budget_s=zeros_s(),
+        answer_s=zeros_s(),
+        live_s=jnp.zeros((s,), bool),
+        flags=decode_step.RowFlags.start(jnp.ones((s,), bool), zeros_s()),
+        tokens_sm=jnp.full((s, m), pad_id, jnp.int32),
+        logprobs_sm=jnp.zeros((s, m), jnp.float32),
+        forced_sm=jnp.zeros((s, m), jnp.int32),
+        mask_sm=jnp.zeros((s, m), jnp.int32),
+    )
+
+
+def _padded(values: Sequence[int], size: int, fill: int) -> np.ndarray:
+    out = np.full((size,), fill, np.int32)
+    out[: len(values)] = values
+    return out
+
+
+def generate(
+    params: Any,
+    model_cfg: presets.ModelConfig,
+    prompts: Sequence[Sequence[int]],
+    *,
+    method: sampling_methods.Method,
+    max_new_tokens: int,
+    stop_ids: Sequence[int],
+    rng: jax.Array,
+    thinking_budget: int | None | Sequence[int | None] = None,
+    think_close_ids: Sequence[int] = (),
+    think_end_id: int | None = None,
+    answer_budget: int | None | Sequence[int | None] = None,
+    pad_id: int = 0,
+    mesh: jax.sharding.Mesh | None = None,
+    rules: rules_lib.Rules | None = None,
+    num_slots: int = DEFAULT_SLOTS,
+    chunk_steps: int = DEFAULT_CHUNK_STEPS,
+    share_prefill: bool = True,
+    on_finish: Callable[[np.ndarray, decoding.Rollout], None] | None = None,
+    stats: dict | None = None,
+) -> decoding.Rollout:
+    """`decoding.generate`'s rollout, decoded with `num_slots` continuously refilled slots.
+
+    `on_finish(indices, rows)` is called on the host as requests finish (their
+    request indices and their rows as a `Rollout`), while the rest decode.
+    `stats`, when given, receives the engine's counters and seconds
+    (`prefill_s` waits for each prefill to finish, adding a sync).
+    """
+    if num_slots <= 0 or chunk_steps <= 0:
+        raise ValueError(f"num_slots and chunk_steps must be > 0, got {num_slots}, {chunk_steps}")
+    if mesh is not None and jax.process_count() > 1:
+        raise ValueError("the continuous engine runs on a single-process mesh")
+    n = len(prompts)
+    lengths, budget, answer, ids = decoding.request_arrays(
+        model_cfg,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        stop_ids=stop_ids,
+        thinking_budget=thinking_budget,
+        think_close_ids=think_close_ids,
+        think_end_id=think_end_id,
+        answer_budget=answer_budget,
+        pad_id=pad_id,
+    )
+    m, p = int(max_new_tokens), decoding.prompt_bucket(int(lengths.max()))
+    dp = 1
+    if mesh is not None:
+        rules = rules or rules_lib.get_rules("decode")
+        dp = mesh.shape["data"] * mesh.shape["fsdp"]
+    s = decoding.batch_bucket(min(num_slots, n), dp)
+    prompt_np = np.full((n, p), pad_id, np.int32)
+    for i, q in enumerate(prompts):
+        prompt_np[i, p - len(q) :] = q
+    static = _Static(
+        model_cfg=model_cfg,
+        method=method,
+        max_new_tokens=m,
+        prompt_len=p,
+        pad_id=int(pad_id),
+        chunk_steps=int(chunk_steps),
+        rules=rules if mesh is not None else None,
+    )
+    out = {
+        "completion_tokens": np.full((n, m), pad_id, np.int32),
+        "logprobs": np.zeros((n, m), np.float32),
+        "forced_mask": np.zeros((n, m), np.int32),
+        "completion_mask": np.zeros((n, m), np.int32),
+        "stopped": np.zeros((n,), bool),
+    }
+    counters = collections.Counter()
+    scope = jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
+    with scope:
+        slots = _empty_slots(model_cfg, s, p, m, pad_id, mesh, rules)
+        occupant = np.full((s,), -1, np.int64)  # request index per slot, -1 = free
+        pending = collections.deque(range(n))
+        start = time.perf_counter()
+
+        def admit(slots):
+            free = np.flatnonzero(occupant < 0)[: len(pending)]
+            if not len(free):
+                return slots
+            reqs = [pending.popleft() for _ in free]
+            keys = [prompt_np[r].tobytes() if share_prefill else r for r in reqs]
+            unique = list(dict.fromkeys(keys))
+            first = {k: reqs[keys.index(k)] for k in unique}
+            u = decoding.batch_bucket(len(unique))
+            prompt_up = np.full((u, p), pad_id, np.int32)
+            pad_u = np.full((u,), p, np.int32)
+            for j, k in enumerate(unique):
+                prompt_up[j] = prompt_np[first[k]]
+                pad_u[j] = p - lengths[first[k]]
+            src = [unique.index(k) for k in keys]
+            t0 = time.perf_counter()
+            slots = _admit_jit(
+                params,
+                slots,
+                prompt_up,
+                pad_u,
+                _padded(src, s, 0),
+                _padded(free, s, s),
+                _padded(reqs, s, 0),
+                _padded(budget[reqs], s, 0),
+                _padded(answer[reqs], s, 0),
+                static=static,
+            )
+            if stats is not None:
+                jax.block_until_ready(slots.step_s)
+                counters["prefill_s"] += time.perf_counter() - t0
+            occupant[free] = reqs
+            counters["prefill_prompts"] += len(unique)
+            counters["admitted"] += len(reqs)
+            return slots
+
+        slots = admit(slots)
+        while (occupant >= 0).any():
+            slots, finished = _chunk_jit(params, slots, ids, rng, static=static)
+            counters["chunks"] += 1
+            done = np.flatnonzero(np.asarray(jax.device_get(finished)))
+            if len(done):
+                h = min(decoding.batch_bucket(len(done)), s)
+                rows, slots = _harvest_jit(slots, _padded(done, h, s))
+                rows = jax.device_get(rows)
+                reqs = occupant[done]
+                for k, v in rows.items():
+                    out[k][reqs] = v[: len(done)]
+                occupant[done] = -1
+                if on_finish is not None:
+                    on_finish(reqs, _rollout(out, prompt_np, lengths, reqs))
+            slots = admit(slots)
+        counters["total_s"] += time.perf_counter() - start
+    if stats is not None:
+        stats.update(counters, slots=s, prompt_bucket=p)
+    return _rollout(out, prompt_np, lengths, np.arange(n))
+
+
+def _rollout(out: dict, prompt_np: np.ndarray, lengths: np.ndarray, idx) -> decoding.Rollout:
+    mask = out["completion_mask"][idx]
+    return decoding.Rollout(
+        prompt_tokens=prompt_np[idx],
+        prompt_lengths=lengths[idx],
+        completion_tokens=out["completion_tokens"][idx],
+        completion_mask=mask,
+        logprobs=out["logprobs"][idx],
+        forced_mask=out["forced_mask"][idx],
+        lengths=mask.sum(axis=-1).astype(np.int32),
+        truncated=~out["stopped"][idx],
+    )
