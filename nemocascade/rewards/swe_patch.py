@@ -18,8 +18,8 @@ the first occurrence is replaced; an empty SEARCH creates a file that is not
 in the prompt.
 
 Reward (C1 §4.7, Table 20; similarity as in SWE-RL): the per-file unified
-diff of the patched files (`difflib`, 3 context lines, hunks without file
-headers) is compared with the golden patch's per-file hunks by
+diff of the patched files (`tasks/patch_format.file_diffs`: `difflib`, 3
+context lines, hunks without file headers) is compared with the golden patch's per-file hunks by
 `difflib.SequenceMatcher(autojunk=False).ratio()`, averaged over the union of
 files touched by either (a file only one side touches scores 0):
 
@@ -46,9 +46,10 @@ import os
 import re
 from collections.abc import Callable
 
+from nemocascade.tasks import patch_format
+
 OPTIONS_ENV = "NEMOCASCADE_SWE_REWARD"
-SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
-CONTEXT_LINES = 3  # git's default, and SWE-RL's
+SEARCH, DIVIDER, REPLACE = patch_format.SEARCH, patch_format.DIVIDER, patch_format.REPLACE
 _HUNK_HEADER = re.compile(r"^(@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@).*$")
 
 
@@ -177,26 +178,6 @@ def apply_edits(files: dict[str, str], edits: list[Edit]) -> dict[str, str]:
     return out
 
 
-def file_diffs(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
-    """Per changed file, its unified diff hunks (no file headers, no trailing newline)."""
-    diffs = {}
-    for path in sorted(set(old) | set(new)):
-        a, b = old.get(path, ""), new.get(path, "")
-        if a == b:
-            continue
-        lines = difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=CONTEXT_LINES)
-        diffs[path] = "\n".join(list(lines)[2:])
-    return diffs
-
-
-def make_patch(old: dict[str, str], new: dict[str, str]) -> str:
-    """A git-style patch of the changed files (what a golden patch looks like)."""
-    parts = []
-    for path, hunks in file_diffs(old, new).items():
-        parts.append(f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n{hunks}\n")
-    return "".join(parts)
-
-
 def patch_file_diffs(patch: str) -> dict[str, str]:
     """Per file of a unified/git patch, its hunks (section text after `@@` dropped)."""
     diffs: dict[str, list[str]] = {}
@@ -259,14 +240,14 @@ def score(
         new = patched(answer, files)
     except PatchError as e:
         return -1.0, {"error": str(e)}
-    pred = file_diffs(files, new)
+    pred = patch_format.file_diffs(files, new)
     if not pred:
         return 0.0, {"similarity": 0.0, "noop": True}
     sim = similarity(pred, patch_file_diffs(golden_patch))
     info = {"similarity": sim}
     value = sim
     if options.judge and sim < 1.0:
-        pred_patch = make_patch(files, new)
+        pred_patch = patch_format.make_patch(files, new)
         value = float(load_judge(options.judge)(issue, pred_patch, golden_patch))
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"swe judge {options.judge!r} returned {value}, expected [0, 1]")

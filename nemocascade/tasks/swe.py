@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import random
 
-from nemocascade.rewards import swe_patch
+from nemocascade.tasks import patch_format
 
 SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
 SFT_SYMPTOM_RATE = 0.6
@@ -158,15 +158,9 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
     asserts = "".join(f"    assert candidate({x}) == {y}\n" for x, y in cases)
     meta = {
         "files": files,
-        "golden_patch": swe_patch.make_patch(files, fixed),
+        "golden_patch": patch_format.make_patch(files, fixed),
         "hidden_test": f"def check(candidate):\n{asserts}",
         "entry_point": top,
         "bug_file": files_of[bug_at],
     }
-    return prompt, "\n".join(trace), answer_text(*edit), meta
-
-
-def answer_text(path: str, search: str, replace: str) -> str:
-    """One SEARCH/REPLACE edit in the Agentless format (without the optional fence)."""
-    marks = swe_patch.SEARCH, swe_patch.DIVIDER, swe_patch.REPLACE
-    return f"### {path}\n{marks[0]}\n{search}\n{marks[1]}\n{replace}\n{marks[2]}"
+    return prompt, "\n".join(trace), patch_format.edit_text(*edit), meta

@@ -3,13 +3,14 @@
 import pytest
 
 from nemocascade.rewards import swe_patch
+from nemocascade.tasks import patch_format
 
 FILES = {
     "util.py": "def shift(x):\n    # x plus 4\n    return x + 3\n",
     "main.py": "from util import shift\n\n\ndef total(x):\n    return shift(x) * 2\n",
 }
 FIXED = {**FILES, "util.py": FILES["util.py"].replace("x + 3", "x + 4")}
-GOLDEN = swe_patch.make_patch(FILES, FIXED)
+GOLDEN = patch_format.make_patch(FILES, FIXED)
 
 
 def edit(path, search, replace, fence=True):
@@ -158,7 +159,7 @@ def test_git_patch_hunks_match_difflib_hunks():
         "@@ -1,3 +1,3 @@ def shift(x):\n def shift(x):\n     # x plus 4\n-    return x + 3\n"
         "+    return x + 4\n\\ No newline at end of file\n"
     )
-    assert swe_patch.patch_file_diffs(git_patch) == swe_patch.file_diffs(FILES, FIXED)
+    assert swe_patch.patch_file_diffs(git_patch) == patch_format.file_diffs(FILES, FIXED)
     answer = edit("util.py", "    return x + 3", "    return x + 4")
     assert swe_patch.score(answer, FILES, git_patch, options=swe_patch.RewardOptions())[0] == 1.0
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from nemocascade.data import records
-from nemocascade.rewards import registry, swe_patch, swe_verifiers, verifiers
-from nemocascade.tasks import registry as tasks_registry
+from nemocascade.rewards import registry, swe_verifiers, verifiers
+from nemocascade.tasks import patch_format, registry as tasks_registry
 
 FILES = {"pkg/calc.py": "def area(w, h):\n    return w + h\n", "README.md": "calc\n"}
 FIXED = {**FILES, "pkg/calc.py": "def area(w, h):\n    return w * h\n"}
@@ -23,7 +23,7 @@ def released_record(files=None) -> dict:
         "instance_id": "calc__calc-17",
         "prompt": "Issue: area(2, 3) returns 5, expected 6.\n\n### pkg/calc.py\n...",
         "original_prompt": "area(2, 3) returns 5",
-        "golden_patch": swe_patch.make_patch(FILES, FIXED),
+        "golden_patch": patch_format.make_patch(FILES, FIXED),
         "relevant_file_contents": files if files is not None else FILES,
     }
 

@@ -3,7 +3,7 @@
 import pytest
 
 from nemocascade.rewards import swe_patch, swe_verifiers
-from nemocascade.tasks import registry, swe
+from nemocascade.tasks import patch_format, registry, swe
 
 
 def _passes(files, meta) -> bool:
@@ -17,7 +17,7 @@ def test_hidden_tests_fail_before_and_pass_after_the_golden_patch(split):
         files = e.meta["files"]
         assert not _passes(files, e.meta), e.prompt
         fixed = swe_patch.patched(e.answer, files)
-        assert swe_patch.file_diffs(files, fixed) == swe_patch.patch_file_diffs(
+        assert patch_format.file_diffs(files, fixed) == swe_patch.patch_file_diffs(
             e.meta["golden_patch"]
         )
         assert _passes(fixed, e.meta), e.prompt
