@@ -20,9 +20,11 @@ import numpy as np
 
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.model import presets
-from nemocascade.rollout import decoding, modes as modes_lib, sampling_methods
+from nemocascade.rollout import continuous, decoding, modes as modes_lib, sampling_methods
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base
+
+ENGINES = ("static", "continuous")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,10 +105,23 @@ def sample_groups(
     answer_budget: int | None = None,
     mesh: jax.sharding.Mesh | None = None,
     rules: rules_lib.Rules | None = None,
+    engine: str = "static",
+    num_slots: int = continuous.DEFAULT_SLOTS,
+    on_finish=None,
 ) -> RolloutBatch:
-    """`group_size` samples of every example in its mode (one name or one per example)."""
+    """`group_size` samples of every example in its mode (one name or one per example).
+
+    `engine`: "static" (`decoding.generate`, one batch) or "continuous"
+    (`continuous.generate` with `num_slots` slots, the group's prompt prefilled
+    once; `on_finish(row_indices, rows)` hears of rows as they finish).
+    Both give the same rows for the same `rng`.
+    """
     if group_size <= 0:
         raise ValueError(f"group_size must be > 0, got {group_size}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if on_finish is not None and engine != "continuous":
+        raise ValueError("on_finish needs engine='continuous'")
     names = [modes] * len(examples) if isinstance(modes, str) else list(modes)
     if len(names) != len(examples):
         raise ValueError(f"modes has {len(names)} entries for {len(examples)} examples")
@@ -119,7 +134,11 @@ def sample_groups(
     ]
     index = np.repeat(np.arange(len(examples), dtype=np.int32), group_size)
     rows = [by_name[names[i]] for i in index]
-    rollout = decoding.generate(
+    extra = {}
+    if engine == "continuous":
+        extra = {"num_slots": num_slots, "on_finish": on_finish}
+    generate = continuous.generate if engine == "continuous" else decoding.generate
+    rollout = generate(
         params,
         model_cfg,
         [prompts[i] for i in index],
@@ -130,6 +149,7 @@ def sample_groups(
         mesh=mesh,
         rules=rules,
         **modes_lib.sampler_kwargs(rows),
+        **extra,
     )
     parsed = [
         mode.parser(ids[: int(n)])

@@ -32,7 +32,7 @@ def examples():
     return registry.generate("math", "eval", 2) + registry.generate("if", "eval", 1)
 
 
-def _sample(params, tok, examples, temperature, seed=0):
+def _sample(params, tok, examples, temperature, seed=0, **kw):
     return groups.sample_groups(
         params,
         CFG,
@@ -45,12 +45,16 @@ def _sample(params, tok, examples, temperature, seed=0):
         rng=jax.random.key(seed),
         thinking_budget=BUDGET,
         answer_budget=4,
+        **kw,
     )
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_sampler_logprobs_match_trainer_logprobs(params, tok, examples, temperature):
-    out = _sample(params, tok, examples, temperature)
+@pytest.mark.parametrize(
+    "temperature, engine", [(1.0, "static"), (0.7, "static"), (0.7, "continuous")]
+)
+def test_sampler_logprobs_match_trainer_logprobs(params, tok, examples, temperature, engine):
+    kw = {"engine": engine, "num_slots": 2} if engine == "continuous" else {}
+    out = _sample(params, tok, examples, temperature, **kw)
     batch = {k: jnp.asarray(v) for k, v in out.batch.items()}
     logp, _ = forward.sequence_logprobs(params, CFG, batch, temperature=temperature)
     mask = out.batch["loss_mask"] > 0
