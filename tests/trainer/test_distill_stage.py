@@ -18,7 +18,6 @@ import pytest
 from configs import mopd as mopd_config
 from nemocascade import checkpointing, config as config_lib, metrics as metrics_lib
 from nemocascade.model import transformer
-from nemocascade.trainer.onpolicy import teachers as teachers_lib
 from nemocascade.trainer.stages import distill
 
 TOY_MODEL = dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, d_ff=64)
@@ -123,13 +122,6 @@ def test_unused_rl_options_are_rejected():
     bad = config_lib.RLConfig(kl_coef=0.1, overlong="zero_reward")
     with pytest.raises(config_lib.ConfigError, match=r"config\.rl\.kl_coef.*config\.rl\.overlong"):
         distill.check_config(bad)
-
-
-def test_bucket_rows():
-    assert teachers_lib.bucket_rows(1, 8, 64) == 8
-    assert teachers_lib.bucket_rows(9, 8, 64) == 16
-    assert teachers_lib.bucket_rows(40, 8, 48) == 48
-    assert teachers_lib.bucket_rows(64, 8, 64) == 64
 
 
 def test_domain_gaps():

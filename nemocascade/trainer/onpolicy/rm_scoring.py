@@ -22,13 +22,12 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
 from nemocascade import checkpointing, config as config_lib
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.model import presets, reward_head
-from nemocascade.rollout import decoding, groups
-from nemocascade.sharding import rules as rules_lib
+from nemocascade.rollout import groups
+from nemocascade.sharding import hosts, rules as rules_lib
 from nemocascade.tasks import base as tasks_base
 
 MIN_BUCKET = 32
@@ -81,8 +80,7 @@ class RMRewarder:
         self._tok = tok
         self._template = template
         self._mesh, self._rules = rt.mesh, rt.rules
-        dp = rules_lib.batch_shards(self._mesh, self._rules)
-        self._dp_local = max(1, dp // jax.process_count())  # rows of a call on this process
+        self._dp_local = hosts.local_batch_shards(self._mesh, self._rules)
         self._buckets = length_buckets(cfg.model.max_seq_len)
         model, rules = cfg.model, rt.rules
 
@@ -115,8 +113,7 @@ class RMRewarder:
         ]
         bucket_of = np.searchsorted(self._buckets, [len(x) for x in ids])
         counts = np.bincount(bucket_of, minlength=len(self._buckets))
-        if jax.process_count() > 1:
-            counts = multihost_utils.process_allgather(counts).max(axis=0)
+        counts = hosts.max_over_processes(counts)
         scores = np.zeros(len(ids), np.float32)
         for k, length in enumerate(self._buckets):
             if counts[k]:
@@ -129,7 +126,7 @@ class RMRewarder:
         dp = self._dp_local
         budget = max(1, TOKENS_PER_CALL // length)
         most = -(-(1 << (budget.bit_length() - 1)) // dp) * dp  # a power of two, ≥ dp
-        per_call = min(most, decoding.batch_bucket(num_rows, dp))
+        per_call = min(most, hosts.pow2_bucket(num_rows, dp))
         num_calls = -(-num_rows // per_call)
         tokens = np.zeros((num_calls * per_call, length), np.int32)
         mask = np.zeros_like(tokens)
@@ -146,15 +143,8 @@ class RMRewarder:
                     self._rules,
                 )
                 r = self._forward(self._params, batch["tokens"], batch["mask"], batch["last"])
-                out.append(self._local(r))
+                out.append(hosts.local_rows(r, self._mesh, self._rules))
         return np.concatenate(out)[: len(ids)]
-
-    def _local(self, r_b: jax.Array) -> np.ndarray:
-        """This process's rows of a batch-sharded result."""
-        if jax.process_count() == 1:
-            return np.asarray(r_b)
-        spec = rules_lib.spec(("act_batch",), self._rules)
-        return np.asarray(multihost_utils.global_array_to_host_local_array(r_b, self._mesh, spec))
 
     def close(self):
         self._params = None

@@ -20,7 +20,7 @@ from nemocascade import config as config_lib
 from nemocascade.losses import kl as kl_lib, policy
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer import forward, stage_setup
-from nemocascade.trainer.onpolicy import driver, parts, rewarders, rl_batch
+from nemocascade.trainer.onpolicy import driver, frozen, parts, rewarders, rl_batch
 
 
 def make_loss_fn(cfg: config_lib.Config, temperature: float):
@@ -67,29 +67,6 @@ def make_loss_fn(cfg: config_lib.Config, temperature: float):
     return loss_fn
 
 
-class _Reference:
-    """The frozen initial policy: forward-only log-probs for the KL term (no residuals)."""
-
-    def __init__(self, cfg: config_lib.Config, rt: stage_setup.Runtime, params):
-        self._params = jax.tree.map(lambda x: x.copy(), params)  # survives donation of state
-        self._rt = rt
-        impl = cfg.train.logprob_impl or None
-
-        def logprobs(p, batch, temperature):
-            logp, _ = forward.sequence_logprobs(
-                p, cfg.model, batch, temperature=temperature, implementation=impl
-            )
-            return jax.lax.stop_gradient(logp)
-
-        self._fn = jax.jit(logprobs, static_argnums=2)
-
-    def logprobs(self, batch: dict, temperature: float) -> np.ndarray:
-        keys = ("inputs", "targets", "positions", "segment_ids")
-        placed = rules_lib.put_batch({k: batch[k] for k in keys}, self._rt.mesh, self._rt.rules)
-        with jax.set_mesh(self._rt.mesh):
-            return np.asarray(self._fn(self._params, placed, temperature))
-
-
 class GRPO:
     """The RL algorithm of the on-policy driver: rewards → group advantages → the GRPO loss."""
 
@@ -100,7 +77,15 @@ class GRPO:
     ):
         self._cfg, self._rt = cfg, rt
         self._rewarder = rewarders.make(cfg, workdir, rt, tok, template)
-        self._reference = _Reference(cfg, rt, state.params) if cfg.rl.kl_coef > 0 else None
+        self._reference = None
+        if cfg.rl.kl_coef > 0:
+            self._reference = frozen.FrozenScorer.reference(
+                cfg.model,
+                state.params,
+                mesh=rt.mesh,
+                rules=rt.rules,
+                implementation=cfg.train.logprob_impl or None,
+            )
         self._batch_shards = rules_lib.batch_shards(rt.mesh, rt.rules)
 
     def prepare(self, step, examples, rollouts, phase) -> driver.Prepared:

@@ -37,13 +37,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils
 
 from nemocascade import checkpointing, config as config_lib
 from nemocascade.data import pipelines
 from nemocascade.losses import reward_model as rm_loss
 from nemocascade.model import presets, reward_head
-from nemocascade.sharding import rules as rules_lib
+from nemocascade.sharding import hosts, rules as rules_lib
 from nemocascade.trainer import loop, stage_setup, state as state_lib, step as step_lib
 
 SIDES = ("chosen", "rejected")
@@ -255,8 +254,7 @@ def eval_batches(cfg: config_lib.Config, tok, opts: RMOptions, template, rows: i
         raise config_lib.ConfigError("no held-out preference pairs (config.data.eval_examples)")
     packed, _ = pack_pairs(pairs, 2 * cfg.train.seq_len, None)
     num_batches = -(-len(packed["tokens"]) // rows)
-    if jax.process_count() > 1:  # every process runs the same sharded calls
-        num_batches = int(multihost_utils.process_allgather(np.int32(num_batches)).max())
+    num_batches = hosts.max_over_processes(num_batches)  # every process: the same calls
     pad = num_batches * rows - len(packed["tokens"])
     packed = {
         k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in packed.items()
@@ -301,8 +299,7 @@ def make_evaluate(
 def rows_per_process(cfg: config_lib.Config, rt: stage_setup.Runtime, rows_per_pair: float) -> int:
     """Packed rows of a step on this process, divisible into micro-batches over the data axes."""
     pairs = cfg.train.batch_size // jax.process_count()
-    dp = rules_lib.batch_shards(rt.mesh, rt.rules)
-    unit = max(1, dp // jax.process_count()) * cfg.train.num_microbatches
+    unit = hosts.local_batch_shards(rt.mesh, rt.rules) * cfg.train.num_microbatches
     return -(-max(1, math.ceil(pairs * rows_per_pair)) // unit) * unit
 
 
