@@ -137,6 +137,11 @@ class RLConfig:
     domains: tuple[str, ...] = ("math",)
     reward: str = ""  # verifier name; "" = the domain's verifier; "rm" = reward model
     reward_fn: str = ""  # "package.module:function" reward plug-in (verifier signature), any domain
+    # reward "swe" (rewards/swe_patch.py): scores below swe_shaping become 0 (C1 Table 12
+    # uses 0.5; 0 = off); swe_judge = "package.module:function", fn(issue, patch, golden)
+    # -> P(resolves), replaces the similarity of non-identical patches (C1 §4.7).
+    swe_shaping: float = 0.0
+    swe_judge: str = ""
     rm_from: str = ""  # stage dir of the reward model when reward == "rm" or rm_bonus
     rm_bonus: bool = False  # verifier reward + sigmoid(group-z RM score) where it passes (C1 §4.4)
     mode: str = "thinking"  # thinking | instruct | half_half
@@ -212,7 +217,17 @@ class _ConfigSections:
     sandbox: SandboxConfig = SandboxConfig()
 
 
-STAGES = ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "mopd", "cascade")
+STAGES = (
+    "sft",
+    "rm",
+    "rlhf",
+    "stage1_short",
+    "stage2_medium",
+    "stage3_long",
+    "stage4_swe",
+    "mopd",
+    "cascade",
+)
 
 
 def _convert(value: Any, annotation: Any, path: str) -> Any:
@@ -421,6 +436,14 @@ def _validate_rl(r: RLConfig):
             registry.load_plugin(r.reward_fn)
         except ValueError as e:
             _check(False, f"config.rl.reward_fn: {e}")
+    _check(0 <= r.swe_shaping <= 1, f"config.rl.swe_shaping must be in [0, 1], got {r.swe_shaping}")
+    if r.swe_judge:
+        from nemocascade.rewards import swe_patch  # imports the judge's module
+
+        try:
+            swe_patch.load_judge(r.swe_judge)
+        except ValueError as e:
+            _check(False, f"config.rl.swe_judge: {e}")
     for dom in r.domains:
         _check(
             dom in tasks_base.DOMAINS, f"config.rl.domains has {dom!r}; valid {tasks_base.DOMAINS}"

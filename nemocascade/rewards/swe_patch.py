@@ -97,7 +97,10 @@ def current_options() -> RewardOptions:
 
 @functools.cache
 def load_judge(spec: str) -> Callable[[str, str, str], float]:
+    """The judge named by `package.module:function` (ValueError naming what is wrong)."""
     module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"swe judge {spec!r}: expected 'package.module:function'")
     try:
         fn = getattr(importlib.import_module(module_name), attr, None)
     except ImportError as e:
