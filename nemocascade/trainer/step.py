@@ -75,21 +75,58 @@ def make_train_step(
     mesh,
     rules: rules_lib.Rules,
     state_shardings,
+    updates_per_batch: int = 1,
 ):
-    """Returns `step(state, batch, rng) -> (state, metrics)`, jitted once, state donated."""
+    """Returns `step(state, batch, rng) -> (state, metrics)`, jitted once, state donated.
+
+    With `updates_per_batch` U > 1 the batch is split into U mini-batches
+    (strided, as micro-batches are) and the step applies U optimizer updates
+    in sequence, mini-batch k's loss taken at the params update k-1 left: PPO
+    epochs over one rollout batch, where the importance ratio departs from 1.
+    `state.step` still counts batches (the optimizer's own count, and so its
+    learning-rate schedule, counts updates). Metrics are over all U
+    mini-batches; `loss` and `grad_norm` are their means.
+    """
+    if updates_per_batch < 1:
+        raise ValueError(f"updates_per_batch must be >= 1, got {updates_per_batch}")
+
+    def update(params, opt_state, batch, rng):
+        loss, grads, metrics, den = accumulate(loss_fn, params, batch, rng, num_microbatches)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, (loss, optax.tree.norm(grads), metrics, den)
+
+    def updates(state: state_lib.TrainState, batch: Batch, rng):
+        if updates_per_batch == 1:
+            return update(state.params, state.opt_state, batch, rng)
+        rows = jax.tree.leaves(batch)[0].shape[0]
+        if rows % (updates_per_batch * num_microbatches):
+            raise ValueError(
+                f"a batch of {rows} rows does not split into updates_per_batch="
+                f"{updates_per_batch} mini-batches of num_microbatches={num_microbatches}"
+            )
+
+        def body(carry, xs):
+            i, mini = xs
+            params, opt_state, out = update(*carry, mini, jax.random.fold_in(rng, i))
+            return (params, opt_state), out
+
+        idx = jnp.arange(updates_per_batch)
+        mini = split_microbatches(batch, updates_per_batch)
+        (params, opt_state), (loss, gnorm, metrics, den) = jax.lax.scan(
+            body, (state.params, state.opt_state), (idx, mini)
+        )
+        sums = jax.tree.map(lambda x: jnp.sum(x, axis=0), metrics)
+        return params, opt_state, (jnp.mean(loss), jnp.mean(gnorm), sums, jnp.sum(den))
 
     def step(state: state_lib.TrainState, batch: Batch, rng):
         with nn.logical_axis_rules(rules):
             rng = jax.random.fold_in(rng, state.step)
-            loss, grads, metrics, den = accumulate(
-                loss_fn, state.params, batch, rng, num_microbatches
-            )
-            updates, opt_state = tx.update(grads, state.opt_state, state.params)
-            params = optax.apply_updates(state.params, updates)
+            params, opt_state, (loss, grad_norm, metrics, den) = updates(state, batch, rng)
         out = {k: s / jnp.maximum(c, 1e-9) for k, (s, c) in metrics.items()}
         out.update(
             loss=loss,
-            grad_norm=optax.tree.norm(grads),
+            grad_norm=grad_norm,
             param_norm=optax.tree.norm(params),
             loss_tokens=den,
         )
