@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import jax
 
-from nemocascade.rollout import decoding, modes as modes_lib, sampling_methods
+from nemocascade.rollout import continuous, decoding, modes as modes_lib, sampling_methods
 
 
 def method_from(temperature: float, top_p: float, top_k: int) -> sampling_methods.Method:
@@ -40,13 +40,23 @@ def complete(
     seed,
     mesh,
     rules,
+    engine: str = "static",
 ) -> list[dict]:
-    """Each record plus its completion fields, sampled in chunks of `batch_size`."""
+    """Each record plus its completion fields.
+
+    engine "static": sampler calls of `batch_size` records each; "continuous":
+    one `continuous.generate` call over all records with `batch_size` slots.
+    """
+    if engine not in ("static", "continuous"):
+        raise ValueError(f"engine must be 'static' or 'continuous', got {engine!r}")
     out = []
-    for start in range(0, len(records), batch_size):
-        chunk = records[start : start + batch_size]
+    step = batch_size if engine == "static" else max(len(records), 1)
+    for start in range(0, len(records), step):
+        chunk = records[start : start + step]
         prompts = [mode.prompt(tok, messages_of(r)) for r in chunk]
-        rollout = decoding.generate(
+        kwargs = {"num_slots": batch_size} if engine == "continuous" else {}
+        generate = continuous.generate if engine == "continuous" else decoding.generate
+        rollout = generate(
             params,
             cfg,
             prompts,
@@ -57,6 +67,7 @@ def complete(
             mesh=mesh,
             rules=rules,
             **modes_lib.sampler_kwargs([mode] * len(chunk)),
+            **kwargs,
         )
         for j, record in enumerate(chunk):
             n = int(rollout.lengths[j])
