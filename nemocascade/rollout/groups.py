@@ -20,7 +20,13 @@ import numpy as np
 
 from nemocascade.data import chat_template, tokenizer as tokenizer_lib
 from nemocascade.model import presets
-from nemocascade.rollout import continuous, decoding, modes as modes_lib, sampling_methods
+from nemocascade.rollout import (
+    continuous,
+    decoding,
+    modes as modes_lib,
+    rows as rows_lib,
+    sampling_methods,
+)
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base
 
@@ -55,13 +61,13 @@ class RolloutBatch:
     truncated: np.ndarray
     lengths: np.ndarray
     num_forced: np.ndarray
-    batch: dict[str, np.ndarray]
+    batch: rows_lib.PolicyRows
 
     def __len__(self) -> int:
         return len(self.example_index)
 
 
-def trainer_batch(rollout: decoding.Rollout, pad_id: int = 0) -> dict[str, np.ndarray]:
+def trainer_batch(rollout: decoding.Rollout, pad_id: int = 0) -> rows_lib.PolicyRows:
     """The sampler's layout as next-token arrays `[N, P + M]` (see `RolloutBatch.batch`)."""
     prompt, completion = rollout.prompt_tokens, rollout.completion_tokens
     n, p = prompt.shape
@@ -79,14 +85,14 @@ def trainer_batch(rollout: decoding.Rollout, pad_id: int = 0) -> dict[str, np.nd
     loss_mask[:, p - 1 : p - 1 + m] = rollout.completion_mask * (1 - rollout.forced_mask)
     logprobs = np.zeros((n, p + m), np.float32)
     logprobs[:, p - 1 : p - 1 + m] = rollout.logprobs
-    return {
-        "inputs": seq,
-        "targets": targets,
-        "positions": np.maximum(slots - pad_len, 0).astype(np.int32),
-        "segment_ids": segments,
-        "loss_mask": loss_mask,
-        "sampler_logprobs": logprobs,
-    }
+    return rows_lib.PolicyRows(
+        inputs=seq,
+        targets=targets,
+        positions=np.maximum(slots - pad_len, 0).astype(np.int32),
+        segment_ids=segments,
+        loss_mask=loss_mask,
+        sampler_logprobs=logprobs,
+    )
 
 
 def sample_groups(

@@ -6,18 +6,19 @@ import numpy as np
 import pytest
 
 from nemocascade import config as config_lib
+from nemocascade.rollout import rows as rows_lib
 from nemocascade.trainer.onpolicy import parts, rl_batch
 
 
 def _rollout(n, t=4):
-    return {
-        "inputs": np.zeros((n, t), np.int32),
-        "targets": np.zeros((n, t), np.int32),
-        "positions": np.zeros((n, t), np.int32),
-        "segment_ids": np.ones((n, t), np.int32),
-        "loss_mask": np.ones((n, t), np.int32),
-        "sampler_logprobs": np.zeros((n, t), np.float32),
-    }
+    return rows_lib.PolicyRows(
+        inputs=np.zeros((n, t), np.int32),
+        targets=np.zeros((n, t), np.int32),
+        positions=np.zeros((n, t), np.int32),
+        segment_ids=np.ones((n, t), np.int32),
+        loss_mask=np.ones((n, t), np.int32),
+        sampler_logprobs=np.zeros((n, t), np.float32),
+    )
 
 
 def test_advantages_and_batch_filter():
@@ -76,7 +77,7 @@ def test_compact_keeps_the_loss_exactly():
 
     rng = np.random.default_rng(0)
     n, t = 16, 5
-    batch = _rollout(n, t)
+    batch = dict(_rollout(n, t))
     batch["loss_mask"] = (rng.random((n, t)) < 0.8).astype(np.int32)
     batch["loss_mask"][[1, 2, 5, 6, 7, 9, 10, 11, 12, 13, 14]] = 0  # 5 rows stay
     batch["advantages"] = rng.normal(size=n).astype(np.float32)
@@ -113,7 +114,7 @@ def test_compact_trims_padding_columns_without_changing_log_probs():
 
     rng = np.random.default_rng(1)
     n, t = 4, 40
-    batch = _rollout(n, t)
+    batch = dict(_rollout(n, t))
     batch["inputs"] = rng.integers(1, 64, size=(n, t)).astype(np.int32)
     batch["targets"] = rng.integers(1, 64, size=(n, t)).astype(np.int32)
     batch["positions"] = np.broadcast_to(np.arange(t, dtype=np.int32), (n, t)).copy()

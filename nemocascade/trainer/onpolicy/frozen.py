@@ -20,10 +20,9 @@ import jax
 import numpy as np
 
 from nemocascade.model import presets
+from nemocascade.rollout import rows as rows_lib
 from nemocascade.sharding import hosts, rules as rules_lib
 from nemocascade.trainer import forward
-
-SCORE_KEYS = ("inputs", "targets", "positions", "segment_ids")
 
 
 class FrozenScorer:
@@ -79,7 +78,7 @@ class FrozenScorer:
             size = hosts.pow2_bucket(count, self._multiple, cap=n)
             fill = np.full(size - len(rows), rows[0] if len(rows) else 0)
             index = np.concatenate([rows, fill]).astype(np.int64)
-            sub = {key: np.asarray(batch[key])[index] for key in SCORE_KEYS}
+            sub = {key: np.asarray(batch[key])[index] for key in rows_lib.TOKEN_FIELDS}
             placed = rules_lib.put_batch(sub, self._mesh, self._rules)
             with jax.set_mesh(self._mesh):
                 logp = self._fn(params, placed, temperature)

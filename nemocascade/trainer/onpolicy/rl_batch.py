@@ -7,19 +7,20 @@ the numerics (advantages) are the pure functions of `nemocascade.losses`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import jax.numpy as jnp
 import numpy as np
 
 from nemocascade import config as config_lib
 from nemocascade.losses import advantages as adv_lib
-
-TRAIN_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask", "ref_logprobs")
+from nemocascade.rollout import rows as rows_lib
+from nemocascade.sharding import hosts
 
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    batch: dict[str, np.ndarray]  # TRAIN_KEYS (+ sampler_logprobs)
+    batch: dict[str, np.ndarray]  # `rows.train_batch`: the rows + advantages (+ ref_logprobs)
     rewards: np.ndarray  # [N] rewards used for advantages (after overlong handling)
     kept_groups: np.ndarray  # [num_groups] bool
     metrics: dict[str, float]
@@ -27,10 +28,11 @@ class Prepared:
 
 def prepare(
     rl: config_lib.RLConfig,
-    rollout_batch: dict[str, np.ndarray],
+    policy_rows: rows_lib.PolicyRows,
     scores: np.ndarray,
     truncated: np.ndarray,
     group_size: int,
+    ref_logprobs: np.ndarray | None = None,
 ) -> Prepared:
     """Applies the paper's per-stage options and computes group advantages.
 
@@ -55,15 +57,15 @@ def prepare(
     zero_std = np.asarray(groups.std(axis=-1) <= 1e-6)
     kept = ~zero_std if rl.dynamic_filter == "batch" else np.ones(len(groups), bool)
 
-    loss_mask = rollout_batch["loss_mask"].copy()
+    loss_mask = policy_rows.loss_mask.copy()
     seq_keep = np.repeat(kept, group_size)
     if rl.overlong == "filter":
         seq_keep &= ~truncated
     loss_mask *= seq_keep[:, None].astype(loss_mask.dtype)
-    batch = {k: rollout_batch[k] for k in TRAIN_KEYS if k in rollout_batch}
-    batch["loss_mask"] = loss_mask
-    batch["advantages"] = adv.reshape(-1).astype(np.float32)
-    batch["sampler_logprobs"] = rollout_batch["sampler_logprobs"]
+    extra = {"advantages": adv.reshape(-1)}
+    if ref_logprobs is not None:
+        extra["ref_logprobs"] = ref_logprobs
+    batch = rows_lib.train_batch(policy_rows.replace(loss_mask=loss_mask), **extra)
     metrics = {
         "reward_mean": float(scores.mean()),
         "pass_rate": float((scores >= 1.0).mean()),
@@ -95,9 +97,7 @@ def compact(
     """
     keep = np.flatnonzero(batch["loss_mask"].sum(axis=1) > 0)
     n = batch["loss_mask"].shape[0]
-    rows = multiple
-    while rows < len(keep):
-        rows *= 2
+    rows = hosts.pow2_bucket(len(keep), multiple)
     out = dict(batch)
     if rows < n:
         fill = np.full(rows - len(keep), keep[0] if len(keep) else 0)
@@ -110,7 +110,7 @@ def compact(
     return trim_columns(out, length_multiple) if length_multiple > 0 else out
 
 
-def trim_columns(batch: dict[str, np.ndarray], length_multiple: int) -> dict[str, np.ndarray]:
+def trim_columns(batch: Mapping[str, np.ndarray], length_multiple: int) -> Mapping[str, np.ndarray]:
     """Cuts trailing all-padding columns, keeping a multiple of `length_multiple` columns.
 
     Attention is causal, so no kept position sees the cut columns, and they

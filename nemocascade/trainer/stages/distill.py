@@ -27,10 +27,9 @@ import numpy as np
 from nemocascade import config as config_lib
 from nemocascade.data import text
 from nemocascade.losses import distill
+from nemocascade.rollout import rows as rows_lib
 from nemocascade.trainer import forward, optimizer
 from nemocascade.trainer.onpolicy import driver, parts, rl_batch, teachers as teachers_lib
-
-TRAIN_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask", "sampler_logprobs")
 
 
 def teacher_dirs(r: config_lib.RLConfig) -> dict[str, str]:
@@ -126,14 +125,16 @@ class MOPD:
         r = self._cfg.rl
         t0 = time.perf_counter()
         row_domains = [examples[i].domain for i in rollouts.example_index]
-        batch = {k: rollouts.batch[k] for k in TRAIN_KEYS}
+        policy_rows = rollouts.batch
         if r.overlong == "filter":
-            batch["loss_mask"] = batch["loss_mask"] * (~rollouts.truncated)[:, None]
+            policy_rows = policy_rows.replace(
+                loss_mask=policy_rows.loss_mask * (~rollouts.truncated)[:, None]
+            )
         if jax.process_count() == 1:
-            batch = rl_batch.trim_columns(batch, 32)
-        teacher_bt = self._teachers.logprobs(batch, row_domains, phase.temperature)
+            policy_rows = rows_lib.PolicyRows(**rl_batch.trim_columns(policy_rows, 32))
+        teacher_bt = self._teachers.logprobs(policy_rows, row_domains, phase.temperature)
         teacher_s = time.perf_counter() - t0
-        batch["teacher_logprobs"] = teacher_bt
+        batch = rows_lib.train_batch(policy_rows, teacher_logprobs=teacher_bt)
         valid = np.asarray(batch["loss_mask"]) > 0
         parts.check_finite_inputs(
             self._cfg, self._rt, step, teacher_logprobs=np.asarray(teacher_bt)[valid]

@@ -93,21 +93,22 @@ class GRPO:
         t0 = time.perf_counter()
         scores = self._rewarder(examples, rollouts)
         verify_s = time.perf_counter() - t0
+        ref_logprobs = None
         if self._reference is not None:
-            rollouts.batch["ref_logprobs"] = self._reference.logprobs(
-                rollouts.batch, phase.temperature
-            )
+            ref_logprobs = self._reference.logprobs(rollouts.batch, phase.temperature)
             if rl.kl_in_reward:
                 scores, _ = kl_lib.kl_in_reward(
                     scores,
-                    rollouts.batch["sampler_logprobs"],
-                    rollouts.batch["ref_logprobs"],
-                    rollouts.batch["loss_mask"],
+                    rollouts.batch.sampler_logprobs,
+                    ref_logprobs,
+                    rollouts.batch.loss_mask,
                     coef=rl.kl_coef,
                     kind=rl.kl_kind,
                 )
                 scores = np.asarray(scores)
-        prepared = rl_batch.prepare(rl, rollouts.batch, scores, rollouts.truncated, rl.group_size)
+        prepared = rl_batch.prepare(
+            rl, rollouts.batch, scores, rollouts.truncated, rl.group_size, ref_logprobs
+        )
         in_loss = prepared.batch["loss_mask"].any(-1)
         parts.check_finite_inputs(
             cfg,
