@@ -31,6 +31,7 @@ class ConfigError(ValueError):
 # Choices that belong to the trainer's host code (the library ones are imported).
 RL_MODES = (*tasks_base.MODES, "half_half")
 OVERLONG = ("filter", "zero_reward", "none")
+ENGINES = ("static", "continuous")  # rollout/groups.ENGINES
 DYNAMIC_FILTERS = ("none", "batch", "epoch")
 
 
@@ -172,6 +173,14 @@ class RLConfig:
     eval_num: int = 64  # held-out prompts per domain for the stage's own eval
     verifier_workers: int = 2
     verifier_timeout_s: float = 10.0
+    # Rollout engine: "static" (one batch until its longest row ends) or
+    # "continuous" (engine_slots decode slots refilled as rows finish, the
+    # group's prompt prefilled once, verifier rewards scored while decoding).
+    engine: str = "static"
+    engine_slots: int = 64
+    # Optimizer updates per rollout batch (mini-batches of it, PPO-style); 1 is
+    # the paper's strictly on-policy step, where the clip options are inert.
+    updates_per_batch: int = 1
     teachers: str = ""  # MOPD: "domain=dir,..." (stage dir or exported params); see parse_teachers
 
     @property
@@ -462,6 +471,14 @@ def _validate_rl(r: RLConfig):
     _check(r.top_k >= 0, "config.rl.top_k must be >= 0 (0 disables)")
     _check(r.max_new_tokens > 0, "config.rl.max_new_tokens must be > 0")
     _check(r.overlong in OVERLONG, f"config.rl.overlong={r.overlong!r}; choose from {OVERLONG}")
+    _check(r.engine in ENGINES, f"config.rl.engine={r.engine!r}; choose from {ENGINES}")
+    _check(r.engine_slots > 0, f"config.rl.engine_slots must be > 0, got {r.engine_slots}")
+    _check(r.updates_per_batch >= 1, "config.rl.updates_per_batch must be >= 1")
+    _check(
+        r.updates_per_batch == 1 or (r.top_k == 0 and r.top_p == 1),
+        "config.rl.updates_per_batch > 1 takes the sampler's log-probs as π_old, which equal "
+        "the trainer's only without truncation: set config.rl.top_k=0 and config.rl.top_p=1",
+    )
     _check(
         r.dynamic_filter in DYNAMIC_FILTERS,
         f"config.rl.dynamic_filter={r.dynamic_filter!r}; choose from {DYNAMIC_FILTERS}",
