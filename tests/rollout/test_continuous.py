@@ -85,6 +85,7 @@ def test_continuous_matches_static(params, name):
     assert cont.forced_mask[[1, 3, 5]].sum() == 0
 
 
+@pytest.mark.slow  # four engine configurations, each compiled
 def test_results_do_not_depend_on_slots_or_chunk_size(params):
     kw = _kw(METHODS["sample"], seed=4)
     ref = continuous.generate(params, CFG, PROMPTS, num_slots=8, chunk_steps=16, **kw)
