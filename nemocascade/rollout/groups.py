@@ -12,7 +12,7 @@ the completion; T = P + max_new_tokens).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -95,6 +95,19 @@ def trainer_batch(rollout: decoding.Rollout, pad_id: int = 0) -> rows_lib.Policy
     )
 
 
+def _parsing(on_finish, rows: Sequence[modes_lib.Mode]):
+    """The engine's `on_finish(indices, Rollout)` as `on_finish(indices, completion texts)`."""
+
+    def report(indices: np.ndarray, rollout: decoding.Rollout) -> None:
+        texts = [
+            rows[i].parser(ids[: int(n)])["completion"]
+            for i, ids, n in zip(indices, rollout.completion_tokens, rollout.lengths, strict=True)
+        ]
+        on_finish(indices, texts)
+
+    return report
+
+
 def sample_groups(
     params: Any,
     model_cfg: presets.ModelConfig,
@@ -113,14 +126,15 @@ def sample_groups(
     rules: rules_lib.Rules | None = None,
     engine: str = "static",
     num_slots: int = continuous.DEFAULT_SLOTS,
-    on_finish=None,
+    on_finish: Callable[[np.ndarray, list[str]], None] | None = None,
 ) -> RolloutBatch:
     """`group_size` samples of every example in its mode (one name or one per example).
 
     `engine`: "static" (`decoding.generate`, one batch) or "continuous"
     (`continuous.generate` with `num_slots` slots, the group's prompt prefilled
-    once; `on_finish(row_indices, rows)` hears of rows as they finish).
-    Both give the same rows for the same `rng`.
+    once; `on_finish(row_indices, completions)` receives the parsed completion
+    texts of rows as they finish, while the rest decode). Both engines give
+    the same rows for the same `rng`.
     """
     if group_size <= 0:
         raise ValueError(f"group_size must be > 0, got {group_size}")
@@ -142,7 +156,7 @@ def sample_groups(
     rows = [by_name[names[i]] for i in index]
     extra = {}
     if engine == "continuous":
-        extra = {"num_slots": num_slots, "on_finish": on_finish}
+        extra = {"num_slots": num_slots, "on_finish": on_finish and _parsing(on_finish, rows)}
     generate = continuous.generate if engine == "continuous" else decoding.generate
     rollout = generate(
         params,

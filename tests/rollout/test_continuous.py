@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from nemocascade.data import tokenizer as tokenizer_lib
-from nemocascade.rollout import completions, continuous, decoding, modes, sampling_methods
+from nemocascade.rollout import completions, continuous, decoding, groups, modes, sampling_methods
 from nemocascade.sharding import mesh as mesh_lib
+from nemocascade.tasks import registry
 from tests.rollout import helpers
 
 CFG = helpers.TOY_MODEL
@@ -175,3 +176,33 @@ def test_completions_engines_agree():
     )
     assert [r["token_ids"] for r in cont] == [r["token_ids"] for r in static]
     assert [r["completion"] for r in cont] == [r["completion"] for r in static]
+
+
+def test_sample_groups_streams_parsed_completions():
+    tok = tokenizer_lib.Tokenizer.load()
+    cfg = helpers.TOY_MODEL_1K
+    params = helpers.random_params(cfg, head_scale=5.0)
+    examples = registry.generate("math", "eval", 3)
+    seen = {}
+
+    def on_finish(indices, texts):
+        seen.update(zip(indices.tolist(), texts, strict=True))
+
+    kw = {
+        "group_size": 2,
+        "modes": "thinking",
+        "method": METHODS["sample"],
+        "max_new_tokens": 12,
+        "rng": jax.random.key(0),
+        "thinking_budget": 4,
+        "answer_budget": 3,
+    }
+    out = groups.sample_groups(
+        params, cfg, tok, examples, engine="continuous", num_slots=2, on_finish=on_finish, **kw
+    )
+    assert sorted(seen) == list(range(6))
+    assert [seen[i] for i in range(6)] == out.completions
+    static = groups.sample_groups(params, cfg, tok, examples, **kw)
+    assert static.completions == out.completions
+    with pytest.raises(ValueError, match="on_finish needs engine='continuous'"):
+        groups.sample_groups(params, cfg, tok, examples, on_finish=on_finish, **kw)
