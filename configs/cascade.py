@@ -28,19 +28,11 @@ TINY_DEFAULTS = "rm.data.num_examples=3200"
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     size, _, order = (arg or "tiny").partition("_")
     c = common.base("cascade", common.parse_arg(size))
-    c.cascade = ml_collections.ConfigDict(
-        {
-            "order": order or "c1",  # c1 | c2
-            "stages": "",  # comma-separated subset/order; "" = the order's stages
-            "size": size,
-            "forgetting_tolerance": 0.03,
-            # True: each on-policy stage checks the cells it does not train at
-            # every eval and stops at a drop over the tolerance, keeping the
-            # last passing params (nemocascade/trainer/onpolicy/guard.py).
-            "stop_on_forgetting": False,
-            # Per-stage settings of this size, applied before `set`.
-            "defaults": TINY_DEFAULTS if size == "tiny" else "",
-            "set": "",  # "stage.section.field=value;..." overrides
-        }
+    # The `cascade` section's fields: nemocascade/config.py `CascadeConfig`.
+    c.cascade.update(
+        order=order or "c1",  # c1 | c2
+        size=size,
+        # Per-stage settings of this size, applied before `cascade.set`.
+        defaults=TINY_DEFAULTS if size == "tiny" else "",
     )
     return c

@@ -26,7 +26,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     size = common.parse_arg(arg)
     c = common.base("rm", size)
     # steps = 0: `rm.epochs` passes over the pairs (pairs / batch steps).
-    c.rm = ml_collections.ConfigDict(dict(noise=0.1, margin=0.0, epochs=1.0, rows_per_pair=0.5))
+    c.rm.update(noise=0.1, margin=0.0, epochs=1.0, rows_per_pair=0.5)
     if size in ("tiny", "small"):
         # Held-out gold accuracy grows with the pairs seen (one epoch each) and
         # hardly with lr (2e-4..2e-3) or batch (16, 32): ~0.77 at 3200 pairs,

@@ -17,6 +17,7 @@ from typing import Any
 from etils import epath
 from ml_collections import config_dict
 
+from nemocascade import stage_registry
 from nemocascade.data import chat_template, jinja_template
 from nemocascade.losses import advantages, kl, policy
 from nemocascade.model import presets
@@ -197,6 +198,35 @@ class SandboxConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class RMConfig:
+    """The reward-model stage's own knobs (`stage=rm`)."""
+
+    noise: float = 0.1  # label-flip probability of built-in pairs
+    margin: float = 0.0  # Bradley–Terry margin m in −log σ(r⁺ − r⁻ − m)
+    epochs: float = 1.0  # passes over the pairs when train.steps == 0
+    rows_per_pair: float = 0.5  # packed rows (of 2 × seq_len) per pair of a batch; 1 = no drops
+
+
+@dataclasses.dataclass(frozen=True)
+class CascadeConfig:
+    """The chain of stages (`stage=cascade`); stage names from `stage_registry`."""
+
+    order: str = "c1"  # a key of stage_registry.ORDERS: c1 | c2
+    stages: tuple[str, ...] = ()  # a subset/reordering; () = the order's stages
+    size: str = "tiny"  # each stage's `configs/<stage>.py:<size>`
+    forgetting_tolerance: float = 0.03
+    # True: each on-policy stage checks the cells it does not train at every
+    # eval and stops at a drop over the tolerance (trainer/onpolicy/guard.py).
+    stop_on_forgetting: bool = False
+    defaults: str = ""  # the size's per-stage settings, "stage.section.field=value;..."
+    set: str = ""  # the same form, applied after `defaults`
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        return stage_registry.chain(self.order, self.stages)
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     stage: str
     model: presets.ModelConfig
@@ -208,7 +238,8 @@ class Config:
     eval: EvalConfig = EvalConfig()
     rl: RLConfig = RLConfig()
     sandbox: SandboxConfig = SandboxConfig()
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rm: RMConfig = RMConfig()
+    cascade: CascadeConfig = CascadeConfig()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,19 +255,11 @@ class _ConfigSections:
     eval: EvalConfig = EvalConfig()
     rl: RLConfig = RLConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    rm: RMConfig = RMConfig()
+    cascade: CascadeConfig = CascadeConfig()
 
 
-STAGES = (
-    "sft",
-    "rm",
-    "rlhf",
-    "stage1_short",
-    "stage2_medium",
-    "stage3_long",
-    "stage4_swe",
-    "mopd",
-    "cascade",
-)
+STAGES = stage_registry.NAMES
 
 
 def _convert(value: Any, annotation: Any, path: str) -> Any:
@@ -392,6 +415,8 @@ def validate(cfg: Config) -> Config:
         f"config.train.seq_len={t.seq_len} exceeds model max_seq_len={cfg.model.max_seq_len}",
     )
     _validate_rl(cfg.rl)
+    _validate_rm(cfg)
+    _validate_cascade(cfg.cascade)
     _check(
         cfg.sandbox.backend in jail.BACKENDS,
         f"config.sandbox.backend={cfg.sandbox.backend!r}; choose from {jail.BACKENDS}",
@@ -425,6 +450,31 @@ def parse_teachers(text: str) -> dict[str, str]:
         _check(domain not in out, f"config.rl.teachers names domain {domain!r} twice")
         out[domain] = path
     return out
+
+
+def _validate_rm(cfg: Config):
+    m = cfg.rm
+    _check(0.0 <= m.noise < 0.5, f"config.rm.noise must be in [0, 0.5), got {m.noise}")
+    _check(m.epochs > 0, f"config.rm.epochs must be > 0, got {m.epochs}")
+    _check(
+        0.0 < m.rows_per_pair <= 1.0,
+        f"config.rm.rows_per_pair must be in (0, 1], got {m.rows_per_pair}",
+    )
+    _check(
+        cfg.stage != "rm" or not cfg.data.files or bool(cfg.data.eval_files),
+        "config.data.eval_files (held-out preference pairs) is required with config.data.files",
+    )
+
+
+def _validate_cascade(c: CascadeConfig):
+    orders = stage_registry.ORDERS
+    _check(c.order in orders, f"config.cascade.order={c.order!r}; choose from {sorted(orders)}")
+    unknown = [s for s in c.stages if s not in STAGES or s == "cascade"]
+    _check(not unknown, f"config.cascade.stages: unknown stage names {unknown}; stages {STAGES}")
+    _check(
+        c.forgetting_tolerance >= 0,
+        f"config.cascade.forgetting_tolerance must be >= 0, got {c.forgetting_tolerance}",
+    )
 
 
 def _validate_rl(r: RLConfig):
@@ -565,11 +615,6 @@ def checkpoint_model(init_from: str, **overrides) -> presets.ModelConfig:
     raise ValueError(f"preset='checkpoint': no {MODEL_CONFIG_FILE} in {init_from} or its parent")
 
 
-def _plain(value: Any) -> Any:
-    """A ConfigDict section as plain dicts and lists (what `config.json` stores)."""
-    return value.to_dict() if hasattr(value, "to_dict") else value
-
-
 def from_config_dict(cd: Any) -> Config:
     """ConfigDict (from a config file) → validated `Config`."""
     cd = dict(cd.items())
@@ -584,12 +629,9 @@ def from_config_dict(cd: Any) -> Config:
             model = presets.get_preset(preset, **model_cd)
     except ValueError as e:
         raise ConfigError(f"config.model: {e}") from None
-    hints = {f.name for f in dataclasses.fields(Config)}
-    extra = {k: _plain(cd.pop(k)) for k in list(cd) if k not in hints}
     cfg = build(_ConfigSections, cd, "config")
     cfg = Config(
         model=model,
-        extra=extra,
         **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(_ConfigSections)},
     )
     return validate(cfg)
@@ -602,11 +644,12 @@ def from_dict(d: dict[str, Any]) -> Config:
         model = presets.ModelConfig(**d.pop("model"))
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"config.model: {e}") from None
-    extra = d.pop("extra", {}) or {}
+    for name, section in (d.pop("extra", None) or {}).items():  # configs written before 0.3
+        if name in ("rm", "cascade"):
+            d[name] = section
     sections = build(_ConfigSections, d, "config")
     cfg = Config(
         model=model,
-        extra=extra,
         **{f.name: getattr(sections, f.name) for f in dataclasses.fields(_ConfigSections)},
     )
     return validate(cfg)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import importlib
 import importlib.util
 import os
 from collections.abc import Mapping
@@ -154,6 +155,33 @@ def apply(cd: config_dict.ConfigDict, overrides: Mapping[str, Any]) -> config_di
 def build(cd: config_dict.ConfigDict, overrides: Mapping[str, Any]) -> config_lib.Config:
     """`apply` + the full validation of `nemocascade.config` (types, ranges, stage)."""
     return config_lib.from_config_dict(apply(cd, overrides))
+
+
+def parse_per_stage(text: str, path: str) -> dict[str, dict[str, Any]]:
+    """'stage.section.field=value;...' (the cascade's form) → {stage: {"section.field": value}}.
+
+    `path` names the setting in errors (`config.cascade.set`). Values parse as
+    on the command line (`parse_value`); `apply` checks the fields.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for item in filter(None, (x.strip() for x in split_top_level(text, ";"))):
+        key, sep, raw = item.partition("=")
+        stage, dot, field = key.strip().partition(".")
+        if not sep or not dot or "." not in field:
+            raise config_lib.ConfigError(
+                f"{path}: expected 'stage.section.field=value', got {item!r}"
+            )
+        out.setdefault(stage, {})[field] = parse_value(raw.strip())
+    return out
+
+
+def load_stage_config(stage: str, size: str) -> config_dict.ConfigDict:
+    """The ConfigDict of `configs/<stage>.py:<size>` (the cascade's stage configs)."""
+    module = importlib.import_module(f"configs.{stage}")
+    try:
+        return module.get_config(size)
+    except ValueError as e:
+        raise config_lib.ConfigError(f"configs/{stage}.py:{size}: {e}") from None
 
 
 def format_value(value: Any) -> str:

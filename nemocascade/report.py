@@ -6,8 +6,8 @@ import os
 
 from absl import app, flags
 
+from nemocascade import stage_registry
 from nemocascade.evaluation import report
-from nemocascade.trainer import cascade
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Cascade workdir.", required=True)
 _STAGES = flags.DEFINE_list("stages", None, "Stage order (default: those found, C1 order first).")
@@ -20,7 +20,7 @@ def main(argv):
         raise app.UsageError(f"--workdir={_WORKDIR.value!r} does not exist")
     stages = _STAGES.value
     if not stages:
-        order = list(dict.fromkeys(cascade.ORDERS["c1"] + cascade.ORDERS["c2"]))
+        order = list(dict.fromkeys(sum(stage_registry.ORDERS.values(), ())))
         stages = [s for s in order if os.path.isdir(os.path.join(_WORKDIR.value, s))]
     print(report.write(_WORKDIR.value, stages, _TOL.value))
 

@@ -106,12 +106,7 @@ def stage_dirs(cfg: config_lib.Config, run_dir: str) -> tuple[str, ...]:
     """The stage directories a run writes (a cascade writes one per stage)."""
     if cfg.stage != "cascade":
         return (os.path.join(run_dir, cfg.stage),)
-    from nemocascade.trainer import cascade
-
-    spec = dict(cfg.extra.get("cascade", {}))
-    names = tuple(filter(None, str(spec.get("stages", "")).split(",")))
-    names = names or cascade.ORDERS.get(spec.get("order", "c1"), cascade.ORDERS["c1"])
-    return tuple(os.path.join(run_dir, n) for n in names)
+    return tuple(os.path.join(run_dir, n) for n in cfg.cascade.chain)
 
 
 def plan(

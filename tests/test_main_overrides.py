@@ -69,7 +69,10 @@ def test_overrides_reach_the_typed_config(tmp_path):
     "flag, message",
     [
         ("--config.rl.group_size=1", "config error: config.rl.group_size must be >= 2, got 1"),
-        ("--config.rl.kl_kind=k9", "config error: config.rl.kl_kind='k9'"),
+        (
+            "--config.rl.kl_kind=k9",
+            "config error: config.rl.kl_kind='k9'; choose from ('k1', 'k2', 'k3')",
+        ),
         ("--config.optim.lr=-1.0", "config error: config.optim.lr must be > 0, got -1.0"),
     ],
 )

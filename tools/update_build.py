@@ -20,6 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("nemocascade", "configs")
 # Files of the top-level package by target; the rest are the command-line tools.
 TOP_LEVEL = {"config.py": "nemocascade_config", "checkpointing.py": "nemocascade_io"}
+TOP_LEVEL["overrides.py"] = "nemocascade_config"
+TOP_LEVEL["stage_registry.py"] = "nemocascade_registry"
 TOP_LEVEL["metrics.py"] = "nemocascade_io"
 TOOLS = "nemocascade_tools"
 
@@ -42,16 +44,19 @@ LAYERS: dict[str, list[str]] = {
     "nemocascade_rewards": ["nemocascade_tasks", "nemocascade_rewards_ifeval"]
     + ["nemocascade_rewards_sandbox"],
     "nemocascade_io": [],
+    "nemocascade_registry": [],
     # The config checks its values with the libraries it configures (benchmark suite
     # names, reward plug-ins), so it sits above them; no library imports the config.
     "nemocascade_config": ["nemocascade_evaluation", "nemocascade_model", "nemocascade_sharding"]
     + ["nemocascade_tasks", "nemocascade_rewards", "nemocascade_rewards_sandbox"]
-    + ["nemocascade_data", "nemocascade_losses"],
+    + ["nemocascade_data", "nemocascade_losses", "nemocascade_registry"],
     "nemocascade_data": ["nemocascade_tasks", "nemocascade_rewards"],
     "nemocascade_rollout": ["nemocascade_data", "nemocascade_model", "nemocascade_sharding"]
     + ["nemocascade_tasks"],
-    "nemocascade_evaluation": ["nemocascade_data", "nemocascade_io", "nemocascade_rollout", *_LOW],
+    "nemocascade_evaluation": ["nemocascade_data", "nemocascade_io", "nemocascade_rollout", *_LOW]
+    + ["nemocascade_registry"],
     "nemocascade_trainer": ["nemocascade_config", "nemocascade_data", "nemocascade_evaluation"]
+    + ["nemocascade_registry"]
     + ["nemocascade_io", "nemocascade_losses", "nemocascade_rollout", *_KERNELS, *_LOW],
     "nemocascade_trainer_onpolicy": ["nemocascade_config", "nemocascade_data", "nemocascade_io"]
     + ["nemocascade_evaluation", "nemocascade_losses", "nemocascade_rollout"]
@@ -60,6 +65,7 @@ LAYERS: dict[str, list[str]] = {
     + ["nemocascade_evaluation", "nemocascade_losses", "nemocascade_rollout"]
     + ["nemocascade_trainer", "nemocascade_trainer_onpolicy", *_LOW],
     TOOLS: ["nemocascade_config", "nemocascade_data", "nemocascade_evaluation", "nemocascade_io"]
+    + ["nemocascade_registry"]
     + ["nemocascade_losses", "nemocascade_rollout", "nemocascade_trainer"]
     + ["nemocascade_trainer_onpolicy", "nemocascade_trainer_stages", *_KERNELS, *_LOW],
     "nemocascade_serve": [TOOLS, "nemocascade_config", "nemocascade_data", "nemocascade_rollout"]

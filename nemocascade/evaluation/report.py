@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 
-from nemocascade import metrics as metrics_lib
+from nemocascade import metrics as metrics_lib, stage_registry
 from nemocascade.rewards import sandbox
 from nemocascade.tasks import base as tasks_base
 
@@ -84,8 +84,8 @@ def _benchmarks(table: dict[str, dict[str, float]], done: list[str]) -> list[str
 
 def _table(table: dict[str, dict[str, float]], done: list[str]) -> list[str]:
     cols = [(d, m) for d in DOMAINS for m in MODES]
-    head = "| stage | " + " | ".join(f"{d}/{m[:5]}" for d, m in cols) + " |"
-    lines = [head, "|---" * (len(cols) + 1) + "|"]
+    head = "| stage | trains | " + " | ".join(f"{d}/{m[:5]}" for d, m in cols) + " |"
+    lines = [head, "|---" * (len(cols) + 2) + "|"]
     prev = None
     for s in done:
         cells = []
@@ -99,7 +99,8 @@ def _table(table: dict[str, dict[str, float]], done: list[str]) -> list[str]:
             if p is not None:
                 cell += f" ({100 * (v - p):+.1f})"
             cells.append(cell)
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        role = stage_registry.STAGES[s].role if s in stage_registry.STAGES else ""
+        lines.append(f"| {s} | {role} | " + " | ".join(cells) + " |")
         prev = s
     return lines
 

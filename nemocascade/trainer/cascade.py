@@ -10,61 +10,35 @@ best earlier value of each cell (the forgetting guard).
 
 from __future__ import annotations
 
-import ast
-import importlib
 import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nemocascade import checkpointing, config as config_lib
+from nemocascade import (
+    checkpointing,
+    config as config_lib,
+    overrides as overrides_lib,
+    stage_registry,
+)
 from nemocascade.evaluation import report, suites as suites_lib
 from nemocascade.trainer import dispatch
 
-ORDERS = {
-    "c1": ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long"),
-    "c2": ("sft", "stage1_short", "stage2_medium", "mopd", "rm", "rlhf", "stage3_long"),
-}
-# On-policy stages, which can run the in-stage forgetting guard (trainer/onpolicy/guard.py).
-_ON_POLICY = {"rlhf", "stage1_short", "stage2_medium", "stage3_long", "mopd"}
-# Stages that do not continue the policy chain: they start from SFT and hand
-# nothing on (the RM is read by RLHF through `rl.rm_from`).
-_SIDE_STAGES = {"rm"}
 
-
-def parse_overrides(text: str) -> dict[str, dict[str, Any]]:
-    """'stage.section.field=value;...' → {stage: {"section.field": value}}."""
-    out: dict[str, dict[str, Any]] = {}
-    for item in filter(None, (x.strip() for x in text.split(";"))):
-        key, sep, raw = item.partition("=")
-        stage, dot, path = key.strip().partition(".")
-        if not sep or not dot:
-            raise config_lib.ConfigError(
-                f"config.cascade.set: expected 'stage.section.field=value', got {item!r}"
-            )
-        try:
-            value = ast.literal_eval(raw.strip())
-        except (ValueError, SyntaxError):
-            value = raw.strip()  # a bare string
-        out.setdefault(stage, {})[path] = value
-    return out
-
-
-def merged_overrides(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def merged_overrides(spec: config_lib.CascadeConfig) -> dict[str, dict[str, Any]]:
     """`cascade.defaults` (the size's per-stage settings), then `cascade.set` on top.
 
     With `cascade.stop_on_forgetting` every on-policy stage also gets the
     in-stage guard at `cascade.forgetting_tolerance` (before `cascade.set`).
     """
-    out = parse_overrides(str(spec.get("defaults", "")))
-    if spec.get("stop_on_forgetting", False):
-        tolerance = float(spec.get("forgetting_tolerance", 0.03))
-        for stage in _ON_POLICY:
+    out = overrides_lib.parse_per_stage(spec.defaults, "config.cascade.defaults")
+    if spec.stop_on_forgetting:
+        for stage in (s.name for s in stage_registry.STAGES.values() if s.on_policy):
             out.setdefault(stage, {}).update(
-                {"eval.guard_tolerance": tolerance, "eval.guard_stop": True}
+                {"eval.guard_tolerance": spec.forgetting_tolerance, "eval.guard_stop": True}
             )
-    for stage, fields in parse_overrides(str(spec.get("set", ""))).items():
+    for stage, fields in overrides_lib.parse_per_stage(spec.set, "config.cascade.set").items():
         out.setdefault(stage, {}).update(fields)
     return out
 
@@ -124,23 +98,11 @@ def stage_config(
     MOPD without explicit `rl.teachers` gets them from `earlier` (the policy
     stages before it in the chain) by `select_teachers`.
     """
-    module = importlib.import_module(f"configs.{name}")
-    cd = module.get_config(size)
+    cd = overrides_lib.load_stage_config(name, size)
     cd.init.init_from = init_from
     if name == "rlhf":
         cd.rl.rm_from = os.path.join(workdir, "rm")
-    for dotted, value in overrides.items():
-        node = cd
-        *path, leaf = dotted.split(".")
-        try:
-            for part in path:
-                node = node[part]
-            known = leaf in node
-        except (KeyError, AttributeError, TypeError):
-            known = False
-        if not known:
-            raise config_lib.ConfigError(f"config.cascade.set: {name} has no field {dotted!r}")
-        node[leaf] = type(node[leaf])(value) if isinstance(node[leaf], float) else value
+    cd = overrides_lib.apply(cd, overrides)
     cfg = config_lib.from_config_dict(cd)
     if name == "mopd" and not cfg.rl.teachers:
         cd.rl.teachers = _teachers_from_chain(cfg.rl.domains, workdir, earlier)
@@ -149,43 +111,39 @@ def stage_config(
 
 
 def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
-    """Runs the chain named by `cfg.extra['cascade']`."""
-    spec = dict(cfg.extra.get("cascade", {}))
-    order = spec.get("order", "c1")
-    if order not in ORDERS:
-        raise config_lib.ConfigError(
-            f"config.cascade.order={order!r}; choose from {sorted(ORDERS)}"
-        )
-    stages = tuple(filter(None, str(spec.get("stages", "")).split(","))) or ORDERS[order]
-    size = spec.get("size", "tiny")
+    """Runs the chain named by `cfg.cascade`."""
+    spec = cfg.cascade
+    stages = spec.chain
     overrides = merged_overrides(spec)
-    tolerance = float(spec.get("forgetting_tolerance", 0.03))
-    unknown = [
-        s for s in list(stages) + list(overrides) if s not in config_lib.STAGES or s == "cascade"
-    ]
+    unknown = [s for s in overrides if s not in stage_registry.STAGES or s == "cascade"]
     if unknown:
-        raise config_lib.ConfigError(f"config.cascade: unknown stage names {unknown}")
+        raise config_lib.ConfigError(f"config.cascade.set: unknown stage names {unknown}")
     os.makedirs(workdir, exist_ok=True)
     policy_from, sft_dir = "", os.path.join(workdir, "sft")
     policy_stages: list[str] = []
     for name in stages:
         stage_dir = os.path.join(workdir, name)
-        init = sft_dir if name in _SIDE_STAGES else policy_from
+        side = stage_registry.get(name).side
+        init = sft_dir if side else policy_from
         stage_cfg = stage_config(
-            name, size, overrides.get(name, {}), init, workdir, earlier=tuple(policy_stages)
+            name, spec.size, overrides.get(name, {}), init, workdir, earlier=tuple(policy_stages)
         )
         if checkpointing.is_done(stage_dir):
-            logging.info("[cascade] %s finished earlier; skipping", name)
+            logging.info("[cascade] %s finished earlier; skipping", stage_registry.label(name))
         else:
-            logging.info("[cascade] ===== stage %s (init from %s) =====", name, init or "scratch")
+            logging.info(
+                "[cascade] ===== stage %s (init from %s) =====",
+                stage_registry.label(name),
+                init or "scratch",
+            )
             dispatch.run(stage_cfg, workdir)
-        if name not in _SIDE_STAGES:
+        if not side:
             policy_from = stage_dir
             policy_stages.append(name)
-        flags = report.forgetting(workdir, stages, tolerance)
+        flags = report.forgetting(workdir, stages, spec.forgetting_tolerance)
         for f in flags:
             logging.warning("[cascade] FORGETTING: %s", f)
-        report.write(workdir, stages, tolerance)
+        report.write(workdir, stages, spec.forgetting_tolerance)
     summary = report.collect(workdir, stages)
     with open(os.path.join(workdir, "cascade_summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

@@ -1,16 +1,17 @@
 """A toy cascade (2 steps per stage) end to end: interrupted between and inside stages, resumed."""
 
+import dataclasses
 import json
 import os
 
 import pytest
 
 from configs import cascade as cascade_config
-from nemocascade import checkpointing, config as config_lib
+from nemocascade import checkpointing, config as config_lib, stage_registry
 from nemocascade.trainer import cascade
 from nemocascade.trainer.onpolicy import parts
 
-STAGES = cascade.ORDERS["c1"]
+STAGES = stage_registry.ORDERS["c1"]
 TOY = {
     "model.d_model": 32,
     "model.num_layers": 1,
@@ -70,8 +71,8 @@ def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
     cfg = _cfg()
 
     # 1) Interrupted between stages: only SFT and RM run.
-    first = dict(cfg.extra["cascade"], stages="sft,rm")
-    cascade.run(config_lib.Config(**{**cfg.__dict__, "extra": {"cascade": first}}), workdir)
+    first = dataclasses.replace(cfg.cascade, stages=("sft", "rm"))
+    cascade.run(dataclasses.replace(cfg, cascade=first), workdir)
     assert checkpointing.is_done(os.path.join(workdir, "rm"))
     assert not os.path.exists(os.path.join(workdir, "rlhf"))
 
@@ -112,9 +113,9 @@ def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
 
 
 def test_cascade_set_applies_on_top_of_the_size_defaults():
-    spec = cascade_config.get_config("tiny").cascade.to_dict()
+    spec = config_lib.from_config_dict(cascade_config.get_config("tiny")).cascade
     assert cascade.merged_overrides(spec) == {"rm": {"data.num_examples": 3200}}
-    spec["set"] = "rm.data.num_examples=800;sft.optim.lr=1e-3"
+    spec = dataclasses.replace(spec, set="rm.data.num_examples=800;sft.optim.lr=1e-3")
     assert cascade.merged_overrides(spec) == {
         "rm": {"data.num_examples": 800},
         "sft": {"optim.lr": 1e-3},

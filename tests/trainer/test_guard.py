@@ -104,13 +104,11 @@ def test_guard_stop_needs_a_tolerance_and_an_eval():
 
 
 def test_cascade_stop_on_forgetting_turns_the_guard_on_for_on_policy_stages():
-    spec = {
-        "stop_on_forgetting": True,
-        "forgetting_tolerance": 0.05,
-        "set": "rlhf.eval.guard_stop=False",
-    }
+    spec = config_lib.CascadeConfig(
+        stop_on_forgetting=True, forgetting_tolerance=0.05, set="rlhf.eval.guard_stop=False"
+    )
     out = cascade.merged_overrides(spec)
     assert out["stage3_long"] == {"eval.guard_tolerance": 0.05, "eval.guard_stop": True}
     assert out["rlhf"]["eval.guard_stop"] is False  # `cascade.set` still wins
     assert "sft" not in out and "rm" not in out
-    assert cascade.merged_overrides({"forgetting_tolerance": 0.05}) == {}
+    assert cascade.merged_overrides(config_lib.CascadeConfig(forgetting_tolerance=0.05)) == {}

@@ -130,15 +130,15 @@ def test_gold_correct_reads_flipped_labels():
 
 def test_rm_options_are_validated_by_name():
     with pytest.raises(config_lib.ConfigError, match=r"config\.rm\.noise"):
-        rm.options(toy_config(noise=0.7))
+        toy_config(noise=0.7)
     cd = rm_config.get_config("tiny")
     cd.rm.colour = "red"
     with pytest.raises(config_lib.ConfigError, match=r"config\.rm\.colour"):
-        rm.options(config_lib.from_config_dict(cd))
+        config_lib.from_config_dict(cd)
     cd = rm_config.get_config("tiny")
     cd.data.files = ("/tmp/pairs.jsonl",)
     with pytest.raises(config_lib.ConfigError, match=r"config\.data\.eval_files"):
-        rm.options(config_lib.from_config_dict(cd))
+        config_lib.from_config_dict(cd)
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +247,7 @@ def test_missing_rm_names_the_field(tmp_path):
 def test_configs_build(size):
     rm_cfg = config_lib.from_config_dict(rm_config.get_config(size))
     assert rm_cfg.stage == "rm" and rm_cfg.train.steps == 0  # one epoch by default
-    assert rm.options(rm_cfg) == rm.RMOptions(noise=0.1, margin=0.0, epochs=1.0)
+    assert rm_cfg.rm == config_lib.RMConfig(noise=0.1, margin=0.0, epochs=1.0)
     rl = config_lib.from_config_dict(rlhf_config.get_config(size)).rl
     assert (rl.domains, rl.reward, rl.mode, rl.overlong) == (("chat",), "rm", "half_half", "none")
     assert rl.kl_coef == 0.0 and rl.entropy_coef == 0.0

@@ -21,7 +21,7 @@ Held-out pairwise accuracy on the eval split is written as `pairwise_accuracy`
 `DIR/rm/metrics.jsonl` every `train.eval_every` steps and at the end; the
 params go to `DIR/rm/export` for RLHF (`config.rl.rm_from`).
 
-RM-specific knobs live in the config's `rm` section (`cfg.extra["rm"]`):
+RM-specific knobs live in the config's `rm` section (`config.RMConfig`):
 noise, margin (Bradley–Terry margin, 0 as in the paper), epochs, rows_per_pair.
 Training from `config.data.files` needs held-out pairs in `config.data.eval_files`.
 """
@@ -47,34 +47,6 @@ from nemocascade.trainer import loop, stage_setup, state as state_lib, step as s
 
 SIDES = ("chosen", "rejected")
 MAX_PAIRS_PER_ROW = 8
-
-
-@dataclasses.dataclass(frozen=True)
-class RMOptions:
-    """The `rm` section of an RM config."""
-
-    noise: float = 0.1  # label-flip probability of built-in pairs
-    margin: float = 0.0  # Bradley–Terry margin m in −log σ(r⁺ − r⁻ − m)
-    epochs: float = 1.0  # passes over the pairs when train.steps == 0
-    rows_per_pair: float = 0.5  # packed rows (of 2 × seq_len) per pair of a batch; 1 = no drops
-
-
-def options(cfg: config_lib.Config) -> RMOptions:
-    """`cfg.extra["rm"]` → `RMOptions`, naming bad fields `config.rm.<name>`."""
-    opts = config_lib.build(RMOptions, cfg.extra.get("rm"), "config.rm")
-    if not 0.0 <= opts.noise < 0.5:
-        raise config_lib.ConfigError(f"config.rm.noise must be in [0, 0.5), got {opts.noise}")
-    if opts.epochs <= 0:
-        raise config_lib.ConfigError(f"config.rm.epochs must be > 0, got {opts.epochs}")
-    if not 0.0 < opts.rows_per_pair <= 1.0:
-        raise config_lib.ConfigError(
-            f"config.rm.rows_per_pair must be in (0, 1], got {opts.rows_per_pair}"
-        )
-    if cfg.data.files and not cfg.data.eval_files:
-        raise config_lib.ConfigError(
-            "config.data.eval_files (held-out preference pairs) is required with config.data.files"
-        )
-    return opts
 
 
 def _init_boxed(cfg: presets.ModelConfig, tx, rng) -> state_lib.TrainState:
@@ -233,7 +205,9 @@ def make_loss_fn(cfg: config_lib.Config, margin: float):
     return loss_fn
 
 
-def eval_batches(cfg: config_lib.Config, tok, opts: RMOptions, template, rows: int) -> list:
+def eval_batches(
+    cfg: config_lib.Config, tok, opts: config_lib.RMConfig, template, rows: int
+) -> list:
     """Every held-out pair once, packed into batches of `rows` rows (none dropped)."""
     loader = pipelines.preference_loader(
         tok,
@@ -309,7 +283,7 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
     if checkpointing.is_done(stage_dir):
         logging.info("[%s] already finished (%s); skipping", cfg.stage, stage_dir)
         return {}
-    opts = options(cfg)
+    opts = cfg.rm
     tok, template, _ = stage_setup.text_for(cfg, stage_dir)
     per_process = cfg.train.batch_size // jax.process_count()
     train = pipelines.preference_loader(
