@@ -1,37 +1,37 @@
 """SWE domain: agentless repair of a tiny repository with SEARCH/REPLACE edits.
 
 A repository is a chain of two one-line functions over ints, the entry point
-calling the helper, in one or two files (an import between them), listed in
-shuffled order. A comment under each `def` states what the function should do
+`run` calling the helper `step`, in one or two files (an import between
+them), listed in shuffled order. A comment under each `def` states what the function should do
 (`# plus 4`); one function's code disagrees with its comment (a wrong
 constant or operator). The issue reports the entry point's wrong output on
 one input:
 
-    Issue: total(3) returns 9, expected 10.
+    Issue: run(3) returns 12, expected 14.
 
     ### util.py
-    def shift(x):
+    def step(x):
         # plus 4
         return x + 3
 
     ### main.py
-    from util import shift
+    from util import step
 
-    def total(x):
+    def run(x):
         # times 2
-        return shift(x) * 2
+        return step(x) * 2
 
 Difficulty 1: both functions in one file; 2: two files; 3: two files and a
 distractor file the chain never calls (C1's "mixed localization" prompts;
 levels 1–2 are its ground-truth-files-only prompts). The thinking trace
 follows the calls from the entry point, comparing comment and code, to the
-disagreeing line (`total ok` / `shift: plus 4 not + 3` / `fix util.py`); the
+disagreeing line (`run ok` / `step: plus 4 not + 3` / `fix util.py`); the
 answer is one SEARCH/REPLACE edit of that line, the golden patch its unified
 diff, and the hidden tests (`check(candidate)` on the entry point, four
 inputs) fail before it and pass after it.
 
 The SFT teacher patches the symptom in `SFT_SYMPTOM_RATE` of its answers: it
-special-cases the reported input in the entry point (`if x == 3: return 10`),
+special-cases the reported input in the entry point (`if x == 3: return 14`),
 which makes the issue's example pass and fails the hidden tests (at least
 two other inputs expose the bug). As with the code domain's lookup answers,
 greedy imitation inherits the habit while sampling still finds the real fix,
@@ -47,14 +47,13 @@ from nemocascade.tasks import patch_format
 SPLIT_LEVELS = {"sft": (1, 2, 3), "rl": (1, 2, 3), "eval": (1, 2, 3)}
 SFT_SYMPTOM_RATE = 0.6
 NUM_TESTS = 4
-# Names the shipped tokenizer splits into few pieces: the prompt, thinking and
-# answer of a three-file example fit one 256-token SFT row.
-FUNCTIONS = (
-    "out", "top", "get", "low", "make", "move", "part", "base", "cap", "cost",
-    "fold", "gain", "give", "hold", "keep", "lower", "net", "pay", "rise", "run",
-    "step", "take", "tax", "turn", "wrap", "boost", "fee", "unit",
-)  # fmt: skip
-MODULES = ("core", "ops", "app", "main", "lib", "calc", "util")
+# Names are fixed by role (helper, entry point, distractor): with names drawn
+# from a pool of 28, the 1.8M-parameter tiny model copied the wrong name into
+# half of its edits after SFT; what it has to learn here is to compare each
+# comment with its code and to fix the disagreeing line.
+FUNCTIONS = ("step", "run")  # the helper, the entry point
+MODULES = ("util", "main")  # the helper's file (two-file levels), the entry point's
+DISTRACTOR = ("other", "lib")  # the function and file the chain never calls
 _OPS = {"plus": "+", "minus": "-", "times": "*"}
 # (functions in the call chain, files they live in, distractor files) per
 # difficulty: level 3 is C1's mixed localization, an unrelated file mixed in.
@@ -105,10 +104,8 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
     """Draws one repository and issue: (prompt, thinking, answer, meta)."""
     num_fns, num_files, num_distractors = LEVELS[difficulty]
     while True:
-        names = rng.sample(FUNCTIONS, num_fns + num_distractors)  # names[0] is the innermost
-        names, others = names[:num_fns], names[num_fns:]
-        modules = rng.sample(MODULES, num_files + num_distractors)
-        paths = [f"{m}.py" for m in modules[:num_files]]
+        names = list(FUNCTIONS)  # names[0] is the innermost
+        paths = [f"{m}.py" for m in MODULES[-num_files:]]
         files_of = [paths[min(i, num_files - 1)] for i in range(num_fns)]
         args = ["x"] + [f"{names[i - 1]}(x)" for i in range(1, num_fns)]
         true_ops = [(rng.choice(list(_OPS)), rng.randint(2, 9)) for _ in range(num_fns)]
@@ -129,7 +126,7 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
             imports.setdefault(files_of[i], []).append(f"from {module} import {names[i - 1]}\n")
     files = _source(names, args, files_of, imports, true_ops, bug_at, bad)
     fixed = _source(names, args, files_of, imports, true_ops, -1, bad)
-    for name, module in zip(others, modules[num_files:], strict=True):
+    for name, module in [DISTRACTOR] * num_distractors:
         op, c = rng.choice(list(_OPS)), rng.randint(2, 9)
         files[f"{module}.py"] = fixed[f"{module}.py"] = (
             f"def {name}(x):\n    # {op} {c}\n{_line('x', op, c)}\n"
