@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decode_batches", default="16,64")
     p.add_argument("--decode_new_tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch intra-op threads")
     p.add_argument("--logit_tol", type=float, default=1e-4)
     p.add_argument("--tiny", action="store_true", help="1-layer d=64 model, one step, 8 tokens")
     return p.parse_args(argv)
