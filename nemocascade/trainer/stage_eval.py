@@ -17,26 +17,34 @@ from nemocascade.evaluation import benchmarks, matrix
 from nemocascade.sharding import rules as rules_lib
 
 
+def _greedy_eval(cfg: config_lib.Config, tok, template, rt, params, **cells) -> dict[str, float]:
+    """`matrix.evaluate` with the stage's decoding settings (`cfg.eval`) on the decode rules."""
+    e = cfg.eval
+    return matrix.evaluate(
+        params,
+        cfg.model,
+        tok,
+        max_new_tokens=e.max_new_tokens,
+        thinking_budget=e.thinking_budget,
+        batch_size=e.batch_size,
+        template=template,
+        mesh=rt.mesh,
+        rules=rules_lib.get_rules("decode"),
+        **cells,
+    )
+
+
 def own_domain_eval(cfg: config_lib.Config, tok, template, rt):
     """params → {"eval/<domain>/<mode>/pass@1": …} on the stage's own domains and modes."""
 
     def evaluate(params) -> dict[str, float]:
         if cfg.rl.eval_num <= 0:
             return {}
-        out = matrix.evaluate(
-            params,
-            cfg.model,
-            tok,
-            domains=cfg.rl.domains,
-            modes=cfg.rl.train_modes,
-            num_per_domain=cfg.rl.eval_num,
-            max_new_tokens=cfg.eval.max_new_tokens,
-            thinking_budget=cfg.eval.thinking_budget,
-            batch_size=cfg.eval.batch_size,
-            template=template,
-            mesh=rt.mesh,
-            rules=rules_lib.get_rules("decode"),
-        )
+        r = cfg.rl
+        out = _greedy_eval(
+            cfg, tok, template, rt, params,
+            domains=r.domains, modes=r.train_modes, num_per_domain=r.eval_num,
+        )  # fmt: skip
         return {f"eval/{k}": v for k, v in out.items()}
 
     return evaluate
@@ -45,20 +53,10 @@ def own_domain_eval(cfg: config_lib.Config, tok, template, rt):
 def matrix_cells(cfg: config_lib.Config, tok, template, rt, params, domains) -> dict[str, float]:
     """The eval matrix (settings of `cfg.eval`, both its modes) restricted to `domains`."""
     e = cfg.eval
-    return matrix.evaluate(
-        params,
-        cfg.model,
-        tok,
-        domains=domains,
-        modes=e.modes,
-        num_per_domain=e.num_per_domain,
-        max_new_tokens=e.max_new_tokens,
-        thinking_budget=e.thinking_budget,
-        batch_size=e.batch_size,
-        template=template,
-        mesh=rt.mesh,
-        rules=rules_lib.get_rules("decode"),
-    )
+    return _greedy_eval(
+        cfg, tok, template, rt, params,
+        domains=domains, modes=e.modes, num_per_domain=e.num_per_domain,
+    )  # fmt: skip
 
 
 def write_matrix(cfg: config_lib.Config, tok, template, rt, params) -> dict[str, float]:
