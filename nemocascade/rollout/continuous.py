@@ -49,7 +49,7 @@ import numpy as np
 
 from nemocascade.model import presets, transformer
 from nemocascade.rollout import decode_step, decoding, sampling_methods
-from nemocascade.sharding import rules as rules_lib
+from nemocascade.sharding import hosts, rules as rules_lib
 
 DEFAULT_SLOTS = 64
 DEFAULT_CHUNK_STEPS = 16
@@ -226,6 +226,7 @@ _harvest_jit = jax.jit(_harvest, donate_argnames=("slots",))
 
 def _empty_slots(cfg: presets.ModelConfig, s: int, p: int, m: int, pad_id: int, mesh, rules):
     cache = decoding._allocate_cache(cfg, s, p + m, mesh, rules)
+
     def zeros_s():  # one buffer per field: the state is donated as a whole
         return jnp.zeros((s,), jnp.int32)
 
@@ -301,8 +302,8 @@ def generate(
     dp = 1
     if mesh is not None:
         rules = rules or rules_lib.get_rules("decode")
-        dp = mesh.shape["data"] * mesh.shape["fsdp"]
-    s = decoding.batch_bucket(min(num_slots, n), dp)
+        dp = hosts.local_batch_shards(mesh, rules)
+    s = hosts.pow2_bucket(min(num_slots, n), dp)
     prompt_np = np.full((n, p), pad_id, np.int32)
     for i, q in enumerate(prompts):
         prompt_np[i, p - len(q) :] = q
@@ -338,7 +339,7 @@ def generate(
             keys = [prompt_np[r].tobytes() if share_prefill else r for r in reqs]
             unique = list(dict.fromkeys(keys))
             first = {k: reqs[keys.index(k)] for k in unique}
-            u = decoding.batch_bucket(len(unique))
+            u = hosts.pow2_bucket(len(unique))
             prompt_up = np.full((u, p), pad_id, np.int32)
             pad_u = np.full((u,), p, np.int32)
             for j, k in enumerate(unique):
@@ -372,7 +373,7 @@ def generate(
             counters["chunks"] += 1
             done = np.flatnonzero(np.asarray(jax.device_get(finished)))
             if len(done):
-                h = min(decoding.batch_bucket(len(done)), s)
+                h = min(hosts.pow2_bucket(len(done)), s)
                 rows, slots = _harvest_jit(slots, _padded(done, h, s))
                 rows = jax.device_get(rows)
                 reqs = occupant[done]

@@ -42,11 +42,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils
 
 from nemocascade.model import presets, transformer
 from nemocascade.rollout import decode_step, sampling_methods
-from nemocascade.sharding import rules as rules_lib
+from nemocascade.sharding import hosts, rules as rules_lib
 
 MIN_PROMPT_BUCKET = 16
 MAX_STOP_IDS = decode_step.MAX_STOP_IDS
@@ -106,12 +105,6 @@ class _State:
 def prompt_bucket(length: int) -> int:
     """Smallest power of two >= length, at least `MIN_PROMPT_BUCKET`."""
     return max(MIN_PROMPT_BUCKET, 1 << max(length - 1, 0).bit_length())
-
-
-def batch_bucket(n: int, multiple: int = 1) -> int:
-    """Smallest power of two >= n, rounded up to a multiple of `multiple`."""
-    b = 1 << max(n - 1, 0).bit_length()
-    return -(-b // multiple) * multiple
 
 
 def _decode(
@@ -226,21 +219,6 @@ def _allocate_cache(model_cfg, batch: int, length: int, mesh, rules):
     return {k: jnp.zeros(a.shape, a.dtype, device=shardings[k]) for k, a in abstract.items()}
 
 
-def _process_max(values: np.ndarray) -> np.ndarray:
-    """Elementwise max of a small host array over all processes."""
-    return np.asarray(multihost_utils.process_allgather(values)).max(axis=0)
-
-
-def _local_data_parallel(dp: int) -> int:
-    """Batch shards per process: the local batch of every process is a multiple of it."""
-    if dp % jax.process_count():
-        raise ValueError(
-            f"the sampler's data-parallel size data*fsdp = {dp} must be a multiple of the "
-            f"{jax.process_count()} processes (each feeds its own prompts)"
-        )
-    return dp // jax.process_count()
-
-
 def _per_row(value: int | None | Sequence[int | None], n: int, name: str) -> np.ndarray:
     values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value] * n
     if len(values) != n:
@@ -339,12 +317,10 @@ def generate(
     dp, longest, rows = 1, int(lengths.max()), n
     if mesh is not None:
         rules = rules or rules_lib.get_rules("decode")
-        dp = mesh.shape["data"] * mesh.shape["fsdp"]
-    if mesh is not None and jax.process_count() > 1:
+        dp = hosts.local_batch_shards(mesh, rules)
         # Each process holds its own prompts: agree on one (P, local batch) shape.
-        longest, rows = (int(v) for v in _process_max(np.asarray([longest, n], np.int32)))
-        dp = _local_data_parallel(dp)
-    p, b = prompt_bucket(longest), batch_bucket(rows, dp)
+        longest, rows = (int(v) for v in hosts.max_over_processes(np.array([longest, n])))
+    p, b = prompt_bucket(longest), hosts.pow2_bucket(rows, dp)
     prompt_bp = np.full((b, p), pad_id, np.int32)
     for i, q in enumerate(prompts):
         prompt_bp[i, p - len(q) :] = q
@@ -374,11 +350,7 @@ def generate(
             placed = rules_lib.put_batch(dict(zip(_HOST_ARGS, host, strict=True)), mesh, rules)
             host = tuple(placed[k] for k in _HOST_ARGS)
             out, _ = _decode_jit(params, cache, *host, ids, rng, static=static)
-            if jax.process_count() > 1:  # this process's rows, in its input order
-                specs = jax.tree.map(
-                    lambda x: rules_lib.batch_sharding(mesh, rules, x.ndim).spec, out
-                )
-                out = multihost_utils.global_array_to_host_local_array(out, mesh, specs)
+            out = hosts.local_rows(out, mesh, rules)  # this process's rows, in input order
     out = jax.device_get(out)
     mask = out["completion_mask"][:n]
     return Rollout(

@@ -45,6 +45,7 @@ import jax
 import numpy as np
 
 from nemocascade.rollout import decoding, modes as modes_lib, sampling_methods
+from nemocascade.sharding import hosts
 
 MIN_TOKENS_BUCKET = 16
 WAIT_CAP = 10  # a batch collects for at most this many `batch_wait_s` gaps
@@ -187,7 +188,7 @@ class Engine:
         bucket up to `prompt_len`, for one sampling method and `max_tokens` (the server's
         defaults), before any request waits on a compile. Returns the number of calls."""
         buckets = sorted({decoding.prompt_bucket(n) for n in range(1, prompt_len + 1)})
-        rows = sorted({decoding.batch_bucket(n) for n in range(1, self.max_batch + 1)})
+        rows = sorted({hosts.pow2_bucket(n) for n in range(1, self.max_batch + 1)})
         calls = 0
         for p in buckets:
             room = self.max_seq_len - p

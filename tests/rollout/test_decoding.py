@@ -7,7 +7,7 @@ import pytest
 
 from nemocascade.model import transformer
 from nemocascade.rollout import decoding, sampling_methods
-from nemocascade.sharding import mesh as mesh_lib
+from nemocascade.sharding import hosts, mesh as mesh_lib
 from tests.rollout import helpers
 
 CFG = helpers.TOY_MODEL
@@ -180,5 +180,5 @@ def test_invalid_requests_raise(params, prompts, kw, match):
 
 def test_bucket_sizes():
     assert [decoding.prompt_bucket(n) for n in (1, 16, 17, 64, 65)] == [16, 16, 32, 64, 128]
-    assert [decoding.batch_bucket(n) for n in (1, 3, 4, 5)] == [1, 4, 4, 8]
-    assert decoding.batch_bucket(3, multiple=8) == 8 and decoding.batch_bucket(9, 8) == 16
+    assert [hosts.pow2_bucket(n) for n in (1, 3, 4, 5)] == [1, 4, 4, 8]
+    assert hosts.pow2_bucket(3, multiple=8) == 8 and hosts.pow2_bucket(9, 8) == 16
