@@ -76,5 +76,5 @@ def chain(order: str, stages: tuple[str, ...] = ()) -> tuple[str, ...]:
 
 
 def label(name: str) -> str:
-    """'stage1_short (IF-RL)'; a name the registry does not know stays as it is."""
-    return f"{name} ({STAGES[name].role})" if name in STAGES and name != STAGES[name].role else name
+    """'stage1_short [IF-RL]'; a name the registry does not know stays as it is."""
+    return f"{name} [{STAGES[name].role}]" if name in STAGES else name
