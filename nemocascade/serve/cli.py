@@ -10,7 +10,10 @@ budgets per `reasoning_effort` come from `--budget_low/medium/high`
 (-1 = unlimited); requests without an effort use `--default_effort`.
 `--warmup_prompt_tokens=N` compiles the decode ahead for prompts up to N
 tokens at every batch bucket (default sampling and `--max_tokens`); other
-shapes compile on first use (seconds each on CPU).
+shapes compile on first use (seconds each on CPU). `--engine=continuous`
+(default) decodes each batch in `--max_batch` slots refilled every
+`--chunk_steps` steps and answers a request as soon as its rows finish;
+`--engine=static` decodes a batch to its longest row.
 """
 
 from __future__ import annotations
@@ -48,7 +51,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--top_p", type=float, default=0.95)
     p.add_argument("--top_k", type=int, default=20, help="0 = no top-k truncation.")
     p.add_argument("--max_tokens", type=int, default=256, help="Default completion length.")
-    p.add_argument("--max_batch", type=int, default=64, help="Rows per sampler call.")
+    p.add_argument(
+        "--max_batch", type=int, default=64, help="Rows per sampler call (decode slots)."
+    )
+    p.add_argument(
+        "--engine",
+        choices=engine_lib.ENGINES,
+        default="continuous",
+        help="continuous: slots refilled as rows finish; static: one batch per call.",
+    )
+    p.add_argument("--chunk_steps", type=int, default=16, help="Decode steps between slot refills.")
     p.add_argument("--max_queue", type=int, default=256, help="Admitted requests; more get 503.")
     p.add_argument(
         "--batch_wait_ms", type=float, default=20.0, help="Gap that ends a batch's collection."
@@ -75,6 +87,8 @@ def load(args: argparse.Namespace) -> tuple[app_lib.Model, engine_lib.Engine]:
     budgets = {
         e: _budget(f"budget_{e}", getattr(args, f"budget_{e}")) for e in ("low", "medium", "high")
     }
+    if args.chunk_steps <= 0:
+        raise generate.UsageError(f"--chunk_steps must be > 0, got {args.chunk_steps}")
     if args.max_tokens <= 0:
         raise generate.UsageError(f"--max_tokens must be > 0, got {args.max_tokens}")
     generate.method_from(args.temperature, args.top_p, args.top_k)  # checks the defaults
@@ -106,7 +120,16 @@ def load(args: argparse.Namespace) -> tuple[app_lib.Model, engine_lib.Engine]:
         },
     )
     engine = engine_lib.Engine(
-        engine_lib.sampler_fn(params, cfg, tok.pad_id, mesh, rules),
+        engine_lib.sampler_fn(
+            params,
+            cfg,
+            tok.pad_id,
+            mesh,
+            rules,
+            engine=args.engine,
+            num_slots=args.max_batch,
+            chunk_steps=args.chunk_steps,
+        ),
         cfg.max_seq_len,
         max_batch=args.max_batch,
         max_queue=args.max_queue,

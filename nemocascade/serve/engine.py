@@ -4,8 +4,8 @@ One worker thread owns the model. It takes the first waiting job, keeps
 collecting jobs (`_collect`: under load, as many rows as the previous batch,
 then while they arrive less than `batch_wait_s` apart; at most `WAIT_CAP`
 gaps, `max_batch` rows; no wait after a batch of one job, so a lone client
-pays nothing), and runs one `decoding.generate`
-call per group of compatible jobs:
+pays nothing), and runs one sampler call per group of compatible jobs (`sampler_fn`:
+`continuous.generate` by default, `decoding.generate` with `engine="static"`):
 
 * greedy jobs share one call whatever their seed (the argmax needs no RNG);
 * sampled jobs without a seed share one call per sampling method (the
@@ -13,8 +13,8 @@ call per group of compatible jobs:
   the engine's counter;
 * a sampled job with a seed runs alone, its `n` rows in one call with a
   key made from the seed (`seed_key`), so the same request always gets the
-  same tokens (the sampler draws one noise array for the whole batch, so a
-  row's sample would otherwise depend on its neighbours).
+  same tokens (a row's key is (call key, row index in the call, completion
+  index): a seeded job must own the call key and its row indices).
 
 Rows of one call may ask for different `max_tokens`: the call decodes for
 the largest (rounded up to a power of two so compiles stay bounded) and each
@@ -27,8 +27,14 @@ slot when its response ends or its client goes away. A job cancelled before
 its batch starts is skipped (`stats["skipped"]`); one already in a sampler
 call finishes there and its result is dropped.
 
-Not continuous batching: a batch runs to completion before the next starts,
-and tokens become available when its call returns.
+With the continuous sampler a call's rows share `max_batch` decode slots
+refilled between chunks of `chunk_steps` steps, and a job's future is set as
+soon as its own rows finish (`on_finish`), while the call's other rows still
+decode: a short answer does not wait for the call's longest one. The call
+itself still takes a fixed list of rows (`continuous.generate` admits only
+the requests it was given), so a request that arrives while a call runs joins
+the next call, not the running one's free slots. Tokens reach a job when its
+rows finish, not step by step: the sampler reports finished rows only.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from nemocascade.rollout import decoding, modes as modes_lib, sampling_methods
+from nemocascade.rollout import continuous, decoding, modes as modes_lib, sampling_methods
 from nemocascade.sharding import hosts
 
 MIN_TOKENS_BUCKET = 16
@@ -84,18 +90,35 @@ class Output:
     truncated: bool
 
 
-# (prompts, modes, method, max_new_tokens, rng) -> decoding.Rollout
-SampleFn = Callable[..., decoding.Rollout]
+# (prompts, modes, method, max_new_tokens, rng, on_finish) -> None; calls
+# on_finish(row indices, their rows as a decoding.Rollout) as rows finish,
+# every row exactly once.
+SampleFn = Callable[..., None]
+ENGINES = ("continuous", "static")
 
 
-def sampler_fn(params, model_cfg, pad_id: int, mesh=None, rules=None) -> SampleFn:
-    """The sampler call of a loaded model (`generate.load`)."""
+def sampler_fn(
+    params,
+    model_cfg,
+    pad_id: int,
+    mesh=None,
+    rules=None,
+    *,
+    engine: str = "continuous",
+    num_slots: int = continuous.DEFAULT_SLOTS,
+    chunk_steps: int = continuous.DEFAULT_CHUNK_STEPS,
+) -> SampleFn:
+    """The sampler call of a loaded model (`generate.load`).
 
-    def sample(prompts, modes, method, max_new_tokens, rng) -> decoding.Rollout:
-        return decoding.generate(
-            params,
-            model_cfg,
-            prompts,
+    `engine="continuous"`: `continuous.generate` with `num_slots` slots,
+    reporting rows as they finish; `"static"`: `decoding.generate`, reporting
+    every row when the call returns. Same tokens for the same key.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+
+    def sample(prompts, modes, method, max_new_tokens, rng, on_finish) -> None:
+        kwargs = dict(
             method=method,
             max_new_tokens=max_new_tokens,
             rng=rng,
@@ -104,6 +127,19 @@ def sampler_fn(params, model_cfg, pad_id: int, mesh=None, rules=None) -> SampleF
             rules=rules,
             **modes_lib.sampler_kwargs(modes),
         )
+        if engine == "continuous":
+            continuous.generate(
+                params,
+                model_cfg,
+                prompts,
+                num_slots=num_slots,
+                chunk_steps=chunk_steps,
+                on_finish=on_finish,
+                **kwargs,
+            )
+        else:
+            rollout = decoding.generate(params, model_cfg, prompts, **kwargs)
+            on_finish(np.arange(len(prompts)), rollout)
 
     return sample
 
@@ -196,7 +232,9 @@ class Engine:
                 break
             for b in rows:
                 length = tokens_bucket(min(max_tokens, room), room)
-                self._sample([[mode.stop_ids[0]] * p] * b, [mode] * b, method, length, self._key)
+                # Distinct prompts: the continuous sampler prefills each once.
+                prompts = [[mode.stop_ids[0]] * (p - 1) + [r] for r in range(b)]
+                self._sample(prompts, [mode] * b, method, length, self._key, lambda *_: None)
                 calls += 1
         return calls
 
@@ -262,20 +300,23 @@ class Engine:
                 groups.setdefault(group_key(p.job, i), []).append(p)
             for group in groups.values():
                 try:
-                    outputs = self._run(group)
+                    self._run(group)
                 except Exception as e:  # a failed call fails its requests, not the server
                     logging.exception("sampler call failed")
                     for p in group:
-                        p.future.set_exception(e)
-                    continue
-                for p, out in zip(group, outputs, strict=True):
-                    p.future.set_result(out)
+                        if not p.future.done():
+                            p.future.set_exception(e)
 
-    def _run(self, group: Sequence[_Pending]) -> list[list[Output]]:
+    def _run(self, group: Sequence[_Pending]) -> None:
+        """One sampler call; each job's future is set when its last row finishes."""
         jobs = [p.job for p in group]
         prompts = [list(j.prompt_ids) for j in jobs for _ in range(j.n)]
         modes = [j.mode for j in jobs for _ in range(j.n)]
         limits = [j.max_tokens for j in jobs for _ in range(j.n)]
+        owner = [k for k, j in enumerate(jobs) for _ in range(j.n)]  # row -> job
+        starts = np.cumsum([0] + [j.n for j in jobs])
+        rows: list[Output | None] = [None] * len(prompts)
+        missing = [j.n for j in jobs]
         room = self.max_seq_len - max(len(q) for q in prompts)
         length = tokens_bucket(max(limits), room)
         first = jobs[0]
@@ -284,20 +325,21 @@ class Engine:
         else:
             rng = jax.random.fold_in(self._key, self._calls)
         self._calls += 1
+
+        def on_finish(indices, rollout: decoding.Rollout) -> None:
+            for k, i in enumerate(indices):
+                n, limit = int(rollout.lengths[k]), limits[i]
+                ids = [int(t) for t in np.asarray(rollout.completion_tokens[k, : min(n, limit)])]
+                rows[i] = Output(ids, bool(rollout.truncated[k]) or n > limit)
+                self.stats["tokens"] += len(ids)
+                j = owner[i]
+                missing[j] -= 1
+                if missing[j] == 0:
+                    group[j].future.set_result(rows[starts[j] : starts[j + 1]])
+
         t0 = time.perf_counter()
-        rollout = self._sample(prompts, modes, first.method, length, rng)
+        self._sample(prompts, modes, first.method, length, rng, on_finish)
         self.stats["busy_s"] += time.perf_counter() - t0
-        rows = []
-        for i, limit in enumerate(limits):
-            n = int(rollout.lengths[i])
-            ids = [int(t) for t in np.asarray(rollout.completion_tokens[i, : min(n, limit)])]
-            rows.append(Output(ids, bool(rollout.truncated[i]) or n > limit))
         self.stats["calls"] += 1
         self.stats["rows"] += len(rows)
         self.stats["jobs"] += len(jobs)
-        self.stats["tokens"] += sum(len(r.token_ids) for r in rows)
-        out, start = [], 0
-        for j in jobs:
-            out.append(rows[start : start + j.n])
-            start += j.n
-        return out

@@ -1,0 +1,114 @@
+"""The engine over both samplers: same rows for the same key, jobs answered as their rows finish."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from nemocascade.rollout import decoding, sampling_methods
+from nemocascade.serve import engine as engine_lib
+from tests.serve import helpers
+
+GREEDY = sampling_methods.Greedy()
+SAMPLE = sampling_methods.Sample(temperature=1.0, top_k=0, top_p=1.0)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    stage_dir, params = helpers.export_toy(tmp_path_factory.mktemp("run"))
+    model, engine = helpers.load(stage_dir)
+    engine.close()
+    return model, params
+
+
+def _outputs(model, params, engine: str, jobs) -> list[list[engine_lib.Output]]:
+    sample = engine_lib.sampler_fn(
+        params, helpers.CFG, model.tok.pad_id, engine=engine, num_slots=4, chunk_steps=3
+    )
+    eng = engine_lib.Engine(sample, model.max_seq_len, max_batch=16, batch_wait_s=0.05)
+    try:
+        # Queued before the worker's first wait ends, so they share calls.
+        futures = [eng.submit(j) for j in jobs]
+        return [f.result(timeout=300) for f in futures]
+    finally:
+        eng.close()
+
+
+def test_continuous_and_static_engines_give_the_same_rows(toy):
+    model, _ = toy
+    thinking, instruct = model.mode("medium"), model.mode("none")
+
+    def prompt(mode, text):
+        return tuple(mode.prompt(model.tok, [{"role": "user", "content": text}]))
+
+    jobs = [
+        engine_lib.Job(prompt(thinking, "Compute 12 + 30."), thinking, GREEDY, max_tokens=20, n=2),
+        engine_lib.Job(prompt(instruct, "Say hi."), instruct, GREEDY, max_tokens=7),
+        engine_lib.Job(prompt(thinking, "Add 2 and 5."), thinking, SAMPLE, 20, n=3, seed=1234),
+        engine_lib.Job(prompt(instruct, "Name a prime."), instruct, SAMPLE, max_tokens=9, n=2),
+    ]
+    # 6 slots' worth of rows in 4 slots: the continuous engine refills slots.
+    cont = _outputs(model, toy[1], "continuous", jobs)
+    static = _outputs(model, toy[1], "static", jobs)
+    assert cont == static
+    assert [len(rows) for rows in cont] == [2, 1, 3, 2]
+    for job, rows in zip(jobs, cont, strict=True):
+        assert all(len(r.token_ids) <= job.max_tokens for r in rows)
+    assert cont[2][0].token_ids != cont[2][1].token_ids  # rows of one seed differ
+
+
+def _rollout(tokens: list[list[int]]) -> decoding.Rollout:
+    b, m = len(tokens), max(len(t) for t in tokens)
+    ids = np.zeros((b, m), np.int32)
+    mask = np.zeros((b, m), np.int32)
+    for i, t in enumerate(tokens):
+        ids[i, : len(t)], mask[i, : len(t)] = t, 1
+    return decoding.Rollout(
+        prompt_tokens=np.zeros((b, 1), np.int32),
+        prompt_lengths=np.ones((b,), np.int32),
+        completion_tokens=ids,
+        completion_mask=mask,
+        logprobs=np.zeros((b, m), np.float32),
+        forced_mask=np.zeros((b, m), np.int32),
+        lengths=mask.sum(-1).astype(np.int32),
+        truncated=np.zeros((b,), bool),
+    )
+
+
+def test_a_job_is_answered_when_its_rows_finish_not_when_the_call_ends(toy):
+    model, _ = toy
+    busy, go, second_half = threading.Event(), threading.Event(), threading.Event()
+
+    def sample(prompts, modes, method, max_new_tokens, rng, on_finish):
+        if prompts == [[0]]:  # the first call holds the worker until a and b are queued
+            busy.set()
+            assert go.wait(30)
+            on_finish(np.array([0]), _rollout([[4]]))
+            return
+        # Job a's rows (0 and 1) finish first; job b's row 2 only after the gate.
+        on_finish(np.array([1]), _rollout([[7, 8]]))
+        on_finish(np.array([0]), _rollout([[5]]))
+        assert second_half.wait(30)
+        on_finish(np.array([2]), _rollout([[9, 9, 9]]))
+
+    eng = engine_lib.Engine(sample, model.max_seq_len, max_batch=8, batch_wait_s=0.05)
+    try:
+        mode = model.mode("none")
+        first = eng.submit(engine_lib.Job((0,), mode, GREEDY, max_tokens=4))
+        assert busy.wait(30)
+        a = eng.submit(engine_lib.Job((1, 2), mode, GREEDY, max_tokens=4, n=2))
+        b = eng.submit(engine_lib.Job((3,), mode, GREEDY, max_tokens=2))
+        go.set()
+        assert first.result(timeout=30) == [engine_lib.Output([4], False)]
+        rows_a = a.result(timeout=30)  # while a and b's call still runs
+        assert not b.done()
+        assert rows_a == [engine_lib.Output([5], False), engine_lib.Output([7, 8], False)]
+        second_half.set()
+        # b's row was cut at its max_tokens: reported as truncated.
+        assert b.result(timeout=30) == [engine_lib.Output([9, 9], True)]
+        eng.close()  # the call's counters are updated after its last row is reported
+        assert eng.stats["calls"] == 2 and eng.stats["jobs"] == 3 and eng.stats["tokens"] == 6
+    finally:
+        go.set()
+        second_half.set()
+        eng.close()
