@@ -2,7 +2,7 @@
 
     python -m nemocascade.main --config=configs/cascade.py:tiny --workdir=/tmp/nc
 
-`:tiny` runs the Cascade 1 order, SFT → RM → RLHF → IF-RL → math RL → code RL,
+`:tiny` runs the Cascade 1 order, SFT → RM → RLHF → IF-RL → math RL → code RL → SWE RL,
 each stage with its own `configs/<stage>.py:tiny`, initialized from the
 previous stage; `:tiny_c2` selects the Cascade 2 order. Rerunning the command
 skips finished stages and resumes an interrupted one. Writes

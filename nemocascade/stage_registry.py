@@ -57,8 +57,17 @@ NAMES = tuple(STAGES)
 
 # The cascade orders of the two papers (Cascade 1 §4, Cascade 2 §4).
 ORDERS: dict[str, tuple[str, ...]] = {
-    "c1": ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long"),
-    "c2": ("sft", "stage1_short", "stage2_medium", "mopd", "rm", "rlhf", "stage3_long"),
+    "c1": ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "stage4_swe"),
+    "c2": (
+        "sft",
+        "stage1_short",
+        "stage2_medium",
+        "mopd",
+        "rm",
+        "rlhf",
+        "stage3_long",
+        "stage4_swe",
+    ),
 }
 
 

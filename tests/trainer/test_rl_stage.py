@@ -48,7 +48,7 @@ def toy_rl_config(name: str) -> config_lib.Config:
     return config_lib.from_config_dict(cd)
 
 
-@pytest.mark.parametrize("name", ["stage1_short", "stage2_medium", "stage3_long"])
+@pytest.mark.parametrize("name", ["stage1_short", "stage2_medium", "stage3_long", "stage4_swe"])
 def test_two_rl_steps(tmp_path, name):
     cfg = toy_rl_config(name)
     rl.run(cfg, str(tmp_path))

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nemocascade import config as config_lib
-from nemocascade.rewards import pool as pool_lib, registry, sandbox
+from nemocascade.rewards import pool as pool_lib, registry, sandbox, swe_patch
 from nemocascade.rollout import groups
 from nemocascade.tasks import base as tasks_base
 
@@ -50,9 +50,12 @@ def make(cfg: config_lib.Config, workdir: str, rt, tok, template):
 
         return rm_scoring.RMRewarder(cfg, workdir, rt, tok, template)
     # Before the pool spawns its workers (they inherit the choice); fails here,
-    # with the install hint, when code must run and bubblewrap does not work.
+    # with the install hint, when code must run (code rewards, the swe eval's
+    # hidden tests) and bubblewrap does not work.
+    swe_patch.configure(swe_patch.RewardOptions(cfg.rl.swe_shaping, cfg.rl.swe_judge))
     try:
-        backend = sandbox.configure(cfg.sandbox.backend, needed="code" in cfg.rl.domains)
+        needed = bool({"code", "swe"} & set(cfg.rl.domains))
+        backend = sandbox.configure(cfg.sandbox.backend, needed=needed)
     except sandbox.SandboxUnavailable as e:
         raise config_lib.ConfigError(f"config.sandbox.backend={cfg.sandbox.backend}: {e}") from None
     if backend == "rlimit":
