@@ -96,8 +96,10 @@ def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) 
             t0 = time.perf_counter()
             examples = stream.next_batch()
             rng = jax.random.fold_in(key, step)
+            # An algorithm with `stream` scores rows while the rest decode.
+            on_finish = algorithm.stream(examples) if hasattr(algorithm, "stream") else None
             rollouts = parts.sample_student(
-                cfg, rt, tok, template, state.params, examples, phase, rng
+                cfg, rt, tok, template, state.params, examples, phase, rng, on_finish
             )
             t1 = time.perf_counter()
             prepared = algorithm.prepare(step, examples, rollouts, phase)

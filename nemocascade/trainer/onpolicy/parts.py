@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from nemocascade import checkpointing, config as config_lib
+from nemocascade import checkpointing, config as config_lib, stage_registry
 from nemocascade.data import chat_template, pipelines, tokenizer as tokenizer_lib
 from nemocascade.rollout import groups, sampling_methods
 from nemocascade.sharding import rules as rules_lib
@@ -123,8 +123,13 @@ def sample_student(
     examples: list[tasks_base.Example],
     phase: Phase,
     rng: jax.Array,
+    on_finish=None,
 ) -> groups.RolloutBatch:
-    """`rl.group_size` responses per prompt from the current params, modes per `rl.mode`."""
+    """`rl.group_size` responses per prompt from the current params, modes per `rl.mode`.
+
+    On `rl.engine` (static or continuous; the same rollouts for the same rng);
+    `on_finish` hears of finished rows while the rest decode (continuous only).
+    """
     r = cfg.rl
     return groups.sample_groups(
         params,
@@ -140,6 +145,9 @@ def sample_student(
         thinking_budget=r.thinking_budget or None,
         mesh=rt.mesh,
         rules=rules_lib.get_rules("decode"),
+        engine=r.engine,
+        num_slots=r.engine_slots,
+        on_finish=on_finish,
     )
 
 
@@ -150,6 +158,8 @@ def train_steps(cfg: config_lib.Config, rt: stage_setup.Runtime, make_loss_fn) -
     tokens were drawn with), and a length curriculum may change it mid-stage.
     """
     cache: dict[float, Callable] = {}
+    # PPO epochs over one rollout batch are a GRPO option; MOPD updates once.
+    updates = cfg.rl.updates_per_batch if stage_registry.STAGES[cfg.stage].kind == "rl" else 1
 
     def get(temperature: float) -> Callable:
         if temperature not in cache:
@@ -160,6 +170,7 @@ def train_steps(cfg: config_lib.Config, rt: stage_setup.Runtime, make_loss_fn) -
                 mesh=rt.mesh,
                 rules=rt.rules,
                 state_shardings=rt.state_shardings,
+                updates_per_batch=updates,
             )
         return cache[temperature]
 

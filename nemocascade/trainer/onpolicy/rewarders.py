@@ -34,10 +34,14 @@ class VerifierRewarder:
         self, examples: Sequence[tasks_base.Example], rollouts: groups.RolloutBatch
     ) -> np.ndarray:
         rows = [examples[i] for i in rollouts.example_index]
+        return self.score(rows, rollouts.completions)
+
+    def score(self, rows: Sequence[tasks_base.Example], completions: Sequence[str]) -> np.ndarray:
+        """Scores of completions, row i answering `rows[i]` (streaming verification scores
+        the rows of a batch in pieces as they finish)."""
+        rows = list(rows)
         names = [self._fixed or registry.name_for_domain(ex.domain) for ex in rows]
-        results = self._pool.score(
-            names, [ex.prompt for ex in rows], list(rollouts.completions), rows
-        )
+        results = self._pool.score(names, [ex.prompt for ex in rows], list(completions), rows)
         return np.asarray([r.score for r in results], np.float32)
 
     def close(self):

@@ -6,11 +6,18 @@ each with the current params (same mesh, no weight transfer) → score them
 dynamic filtering → exactly one optimizer step (micro-batched). The importance
 ratio is exp(logp − stop_grad(logp)) ≡ 1, so the update is REINFORCE with
 group-normalized advantages and a token-mean loss, as in the paper.
+
+Options beside the paper's step: `rl.engine="continuous"` samples with the
+continuous engine and scores verifier rewards as rows finish, while the rest
+decode (`onpolicy/streaming.py`); `rl.updates_per_batch` > 1 takes that many
+optimizer updates on mini-batches of the rollout batch, against the sampler's
+log-probs as π_old, where the clip options take effect.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -20,7 +27,14 @@ from nemocascade import config as config_lib
 from nemocascade.losses import kl as kl_lib, policy
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.trainer import forward, stage_setup
-from nemocascade.trainer.onpolicy import driver, frozen, parts, rewarders, rl_batch
+from nemocascade.trainer.onpolicy import (
+    driver,
+    frozen,
+    parts,
+    rewarders,
+    rl_batch,
+    streaming,
+)
 
 
 def make_loss_fn(cfg: config_lib.Config, temperature: float):
@@ -38,9 +52,13 @@ def make_loss_fn(cfg: config_lib.Config, temperature: float):
             compute_entropy=True,
         )
         mask = batch["loss_mask"]
+        # Strictly on-policy (1 update per batch) π_old is π_θ itself: the ratio
+        # is 1 in value. With several updates it is the sampling policy, whose
+        # log-probs the sampler recorded (config: untruncated sampling only).
+        old = batch["sampler_logprobs"] if rl.updates_per_batch > 1 else logp
         num, den, m = policy.policy_loss(
             logp,
-            jax.lax.stop_gradient(logp),
+            jax.lax.stop_gradient(old),
             batch["advantages"],
             mask,
             clip_low=rl.clip_low,
@@ -87,12 +105,31 @@ class GRPO:
                 implementation=cfg.train.logprob_impl or None,
             )
         self._batch_shards = rules_lib.batch_shards(rt.mesh, rt.rules)
+        self._stream: streaming.StreamingScorer | None = None
+
+    def stream(self, examples) -> Callable[[np.ndarray, list[str]], None] | None:
+        """The sampler's `on_finish` for this step's rollouts: verifier rewards are
+        scored as rows finish, while the rest decode (continuous engine only)."""
+        self._stream = None
+        rl = self._cfg.rl
+        if rl.engine != "continuous" or not isinstance(self._rewarder, rewarders.VerifierRewarder):
+            return None
+
+        def score_rows(rows, completions):
+            return self._rewarder.score([examples[i // rl.group_size] for i in rows], completions)
+
+        self._stream = streaming.StreamingScorer(score_rows, len(examples) * rl.group_size)
+        return self._stream.submit
 
     def prepare(self, step, examples, rollouts, phase) -> driver.Prepared:
         cfg, rl = self._cfg, self._cfg.rl
         t0 = time.perf_counter()
-        scores = self._rewarder(examples, rollouts)
-        verify_s = time.perf_counter() - t0
+        if self._stream is not None:  # scored while decoding; wait for the rest
+            scores, verify = self._stream.finish(rollout_end=t0)
+            self._stream = None
+        else:
+            scores = self._rewarder(examples, rollouts)
+            verify = {"verify_s": time.perf_counter() - t0}
         ref_logprobs = None
         if self._reference is not None:
             ref_logprobs = self._reference.logprobs(rollouts.batch, phase.temperature)
@@ -119,12 +156,11 @@ class GRPO:
         )
         train_batch = prepared.batch
         if jax.process_count() == 1:
-            train_batch = rl_batch.compact(
-                train_batch, cfg.train.num_microbatches * self._batch_shards, length_multiple=32
-            )
+            rows = cfg.train.num_microbatches * self._batch_shards * rl.updates_per_batch
+            train_batch = rl_batch.compact(train_batch, rows, length_multiple=32)
         metrics = dict(
             prepared.metrics,
-            verify_s=verify_s,
+            **verify,
             train_rows=len(train_batch["loss_mask"]),
             train_len=train_batch["loss_mask"].shape[1],
         )
