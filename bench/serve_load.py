@@ -1,6 +1,7 @@
 """Serving load: 64 concurrent clients x 4 chat requests against one-at-a-time.
 
     python bench/serve_load.py [--clients=64] [--requests=4] [--max_tokens=64] [--serial=16]
+        [--engine=continuous|static]
 
 Exports random `tiny`-preset params as a stage, starts
 `python -m nemocascade.serve` on a free 127.0.0.1 port in a subprocess (the
@@ -59,11 +60,11 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _start(stage_dir: str, port: int, max_batch: int, wait_ms: float, max_tokens: int):
+def _start(stage_dir, port, max_batch, wait_ms, max_tokens, engine):
     cmd = [
         sys.executable, "-m", "nemocascade.serve", f"--workdir={stage_dir}", f"--port={port}",
         f"--max_batch={max_batch}", "--max_queue=1024", f"--batch_wait_ms={wait_ms}",
-        "--warmup_prompt_tokens=64", f"--max_tokens={max_tokens}",
+        "--warmup_prompt_tokens=64", f"--max_tokens={max_tokens}", f"--engine={engine}",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     deadline = time.monotonic() + 300  # the warm-up compiles first
@@ -133,6 +134,7 @@ def main() -> None:
     p.add_argument("--max_tokens", type=int, default=64)
     p.add_argument("--warmup", type=int, default=1, help="Unmeasured concurrent passes.")
     p.add_argument("--batch_wait_ms", type=float, default=20.0, help="The server's flag.")
+    p.add_argument("--engine", default="continuous", help="The server's flag.")
     args = p.parse_args()
 
     prompts = [
@@ -142,7 +144,9 @@ def main() -> None:
         stage_dir = os.path.join(root, "sft")
         checkpointing.export_params(stage_dir, _random_params(presets.get_preset("tiny")))
         port = _port()
-        server = _start(stage_dir, port, args.clients, args.batch_wait_ms, args.max_tokens)
+        server = _start(
+            stage_dir, port, args.clients, args.batch_wait_ms, args.max_tokens, args.engine
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             t0 = time.perf_counter()
@@ -172,6 +176,7 @@ def main() -> None:
                 "clients": args.clients,
                 "requests_per_client": args.requests,
                 "max_tokens": args.max_tokens,
+                "engine": args.engine,
                 "serial": serial,
                 "concurrent": loaded,
                 "speedup": round(speedup, 2),
