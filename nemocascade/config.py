@@ -22,6 +22,7 @@ from nemocascade.data import chat_template, jinja_template
 from nemocascade.losses import advantages, kl, policy
 from nemocascade.model import presets
 from nemocascade.rewards.sandbox import jail
+from nemocascade.rollout import groups
 from nemocascade.tasks import base as tasks_base
 
 
@@ -32,7 +33,6 @@ class ConfigError(ValueError):
 # Choices that belong to the trainer's host code (the library ones are imported).
 RL_MODES = (*tasks_base.MODES, "half_half")
 OVERLONG = ("filter", "zero_reward", "none")
-ENGINES = ("static", "continuous")  # rollout/groups.ENGINES
 DYNAMIC_FILTERS = ("none", "batch", "epoch")
 
 
@@ -521,7 +521,10 @@ def _validate_rl(r: RLConfig):
     _check(r.top_k >= 0, "config.rl.top_k must be >= 0 (0 disables)")
     _check(r.max_new_tokens > 0, "config.rl.max_new_tokens must be > 0")
     _check(r.overlong in OVERLONG, f"config.rl.overlong={r.overlong!r}; choose from {OVERLONG}")
-    _check(r.engine in ENGINES, f"config.rl.engine={r.engine!r}; choose from {ENGINES}")
+    _check(
+        r.engine in groups.ENGINES,
+        f"config.rl.engine={r.engine!r}; choose from {groups.ENGINES}",
+    )
     _check(r.engine_slots > 0, f"config.rl.engine_slots must be > 0, got {r.engine_slots}")
     _check(r.updates_per_batch >= 1, "config.rl.updates_per_batch must be >= 1")
     _check(

@@ -49,7 +49,7 @@ LAYERS: dict[str, list[str]] = {
     # names, reward plug-ins), so it sits above them; no library imports the config.
     "nemocascade_config": ["nemocascade_evaluation", "nemocascade_model", "nemocascade_sharding"]
     + ["nemocascade_tasks", "nemocascade_rewards", "nemocascade_rewards_sandbox"]
-    + ["nemocascade_data", "nemocascade_losses", "nemocascade_registry"],
+    + ["nemocascade_data", "nemocascade_losses", "nemocascade_registry", "nemocascade_rollout"],
     "nemocascade_data": ["nemocascade_tasks", "nemocascade_rewards"],
     "nemocascade_rollout": ["nemocascade_data", "nemocascade_model", "nemocascade_sharding"]
     + ["nemocascade_tasks"],
@@ -60,10 +60,10 @@ LAYERS: dict[str, list[str]] = {
     + ["nemocascade_io", "nemocascade_losses", "nemocascade_rollout", *_KERNELS, *_LOW],
     "nemocascade_trainer_onpolicy": ["nemocascade_config", "nemocascade_data", "nemocascade_io"]
     + ["nemocascade_evaluation", "nemocascade_losses", "nemocascade_rollout"]
-    + ["nemocascade_trainer", *_LOW],
+    + ["nemocascade_registry", "nemocascade_trainer", *_LOW],
     "nemocascade_trainer_stages": ["nemocascade_config", "nemocascade_data", "nemocascade_io"]
     + ["nemocascade_evaluation", "nemocascade_losses", "nemocascade_rollout"]
-    + ["nemocascade_trainer", "nemocascade_trainer_onpolicy", *_LOW],
+    + ["nemocascade_registry", "nemocascade_trainer", "nemocascade_trainer_onpolicy", *_LOW],
     TOOLS: ["nemocascade_config", "nemocascade_data", "nemocascade_evaluation", "nemocascade_io"]
     + ["nemocascade_registry"]
     + ["nemocascade_losses", "nemocascade_rollout", "nemocascade_trainer"]

@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from nemocascade.rollout import continuous, decoding, modes as modes_lib, sampling_methods
+from nemocascade.rollout import continuous, decoding, groups, modes as modes_lib, sampling_methods
 from nemocascade.sharding import hosts
 
 MIN_TOKENS_BUCKET = 16
@@ -94,7 +94,7 @@ class Output:
 # on_finish(row indices, their rows as a decoding.Rollout) as rows finish,
 # every row exactly once.
 SampleFn = Callable[..., None]
-ENGINES = ("continuous", "static")
+ENGINES = groups.ENGINES
 
 
 def sampler_fn(
