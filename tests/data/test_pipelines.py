@@ -17,8 +17,14 @@ def tok():
     return tokenizer_lib.Tokenizer.load()
 
 
+# The pipeline mechanics below are counted on these four short-example domains.
+DOMAINS = ("math", "code", "if", "chat")
+
+
 def _sft(tok, **kwargs):
-    defaults = dict(seq_len=SEQ_LEN, batch_size=4, num_examples=3, seed=7, pack=False)
+    defaults = dict(
+        seq_len=SEQ_LEN, batch_size=4, num_examples=3, seed=7, pack=False, domains=DOMAINS
+    )
     return pipelines.sft_loader(tok, **{**defaults, **kwargs})
 
 

@@ -77,11 +77,13 @@ def test_gold_completions_score_one(tok, domain, mode):
     examples = matrix.examples_for(domain, "eval", 3)
     rows = [modes_lib.get(mode, tok)] * len(examples)
     ids = [tok.encode(chat_template.assistant_target(ex, mode)) for ex in examples]
-    np.testing.assert_array_equal(matrix._scores(rows, examples, ids), 1.0)
+    scores, swe_terms = matrix._scores(rows, examples, ids)
+    np.testing.assert_array_equal(scores, 1.0)
+    assert all(np.isnan(v).all() for v in swe_terms.values())  # swe rows only
 
 
 def test_chat_gold_score_is_the_rubric_value(tok):
     (ex,) = matrix.examples_for("chat", "eval", 1)
     ids = [tok.encode(chat_template.assistant_target(ex, "instruct"))]
-    score = matrix._scores([modes_lib.get("instruct", tok)], [ex], ids)
+    score, _ = matrix._scores([modes_lib.get("instruct", tok)], [ex], ids)
     np.testing.assert_allclose(score, [chat.gold_score(ex, ex.answer)])
