@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import statistics
+import time
 from collections.abc import Sequence
 
 MODEL_FIELDS = dict(
@@ -131,6 +132,22 @@ class MathReward:
                 break
         parsed = self._mode.parser(ids)
         return float(self._verify(example.prompt, parsed["completion"], example).score)
+
+
+def time_decode(call, repeats: int, generated_tokens: int):
+    """Times `call()` (greedy decoding): one warm-up, then the best of `repeats` calls.
+
+    Returns ({first_s, best_s, tok_s}, the last call's tokens).
+    """
+    t0 = time.perf_counter()
+    call()
+    first = time.perf_counter() - t0
+    best, tokens = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        tokens = call()
+        best = min(best, time.perf_counter() - t0)
+    return {"first_s": first, "best_s": best, "tok_s": generated_tokens / best}, tokens
 
 
 def summarize_steps(rows: list[dict], timed_from: int) -> dict:

@@ -92,16 +92,7 @@ def decode(spec, params, cfg, prompts, batch: int) -> tuple[dict, object]:
             rng=jax.random.key(0),
         ).completion_tokens
 
-    t0 = time.perf_counter()
-    call()
-    first = time.perf_counter() - t0
-    best = float("inf")
-    for _ in range(spec.decode_repeats):
-        t0 = time.perf_counter()
-        tokens = call()
-        best = min(best, time.perf_counter() - t0)
-    generated = batch * spec.decode_new_tokens
-    return {"first_s": first, "best_s": best, "tok_s": generated / best}, tokens
+    return peers_common.time_decode(call, spec.decode_repeats, batch * spec.decode_new_tokens)
 
 
 def grpo(spec) -> dict:

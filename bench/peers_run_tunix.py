@@ -107,15 +107,7 @@ def decode(spec, model, tok, prompts, batch: int) -> tuple[dict, np.ndarray]:
         )
         return np.stack([np.asarray(t)[:n] for t in out.tokens])
 
-    t0 = time.perf_counter()
-    call()
-    first = time.perf_counter() - t0
-    best = float("inf")
-    for _ in range(spec.decode_repeats):
-        t0 = time.perf_counter()
-        tokens = call()
-        best = min(best, time.perf_counter() - t0)
-    return {"first_s": first, "best_s": best, "tok_s": batch * n / best}, tokens
+    return peers_common.time_decode(call, spec.decode_repeats, batch * n)
 
 
 def _timed(fn, sink: list):
