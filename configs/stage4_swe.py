@@ -9,9 +9,12 @@ unparsable or inapplicable answer, 0 for a no-op, else the lexical similarity
 of its unified diff to the golden patch (1 when identical). The eval's
 `swe/<mode>/pass@1` is the resolved rate with the hidden tests executed.
 Paper (C1 §4.7, Table 20): batch 128 × 16 rollouts, lr 2.5e-6, temperature
-1.0, top-p 0.95, responses 16K; prompts 16K → 24K tokens (8B, 30 + 30 steps,
-overlong filtering in the first sub-stage; here one 60-step stage at 24K),
-32K (14B, 120 steps, filtered);
+1.0, top-p 0.95, responses 16K; prompts 16K → 24K tokens (8B, 30 + 30 steps:
+`rl.curriculum`'s `max_prompt_tokens`, longer prompts skipped and counted;
+the paper's overlong filtering of only the first sub-stage is not per
+sub-stage here, it filters throughout), 32K (14B, 120 steps, filtered);
+prompts grouped by length, 8 steps' worth at a time (`rl.length_group_window`),
+so a step of short prompts is not padded to the longest of the pool;
 the semantic judge of C1 is a plug-in (`rl.swe_judge`), shaping
 (`rl.swe_shaping=0.5`) its Table 12 ablation.
 `:tiny`: from the code-RL checkpoint, 15.5 min on 2 CPU cores under load
@@ -44,8 +47,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # 128 prompts x 16 rollouts, 16 rows per microbatch as in the other RL stages;
         # prompts up to 24K tokens (8B; the paper warms up at 16K for 30 steps).
         c.train.update(steps=60, batch_size=2048, num_microbatches=128, seq_len=24_576 + 16_384)
+        stage = {"max_new_tokens": 16_384, "temperature": 1.0}
+        c.rl.update(
+            length_group_window=8 * 128,
+            curriculum=[
+                {"steps": 30, "max_prompt_tokens": 16_384, **stage},
+                {"steps": 30, "max_prompt_tokens": 24_576, **stage},
+            ],
+        )
         if size == "14b":
             c.train.update(steps=120, seq_len=32_768 + 16_384)
+            c.rl.curriculum = [{"steps": 120, "max_prompt_tokens": 32_768, **stage}]
         # Prompt + response exceeds the Qwen3 preset's 40,960 positions at 14B.
         c.model.max_seq_len = c.train.seq_len
     return c

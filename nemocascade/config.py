@@ -23,7 +23,7 @@ from nemocascade.losses import advantages, kl, policy
 from nemocascade.model import presets
 from nemocascade.rewards.sandbox import jail
 from nemocascade.rollout import groups
-from nemocascade.tasks import base as tasks_base
+from nemocascade.tasks import base as tasks_base, registry as tasks_registry
 
 
 class ConfigError(ValueError):
@@ -125,11 +125,19 @@ class EvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CurriculumStage:
-    """One sub-stage of a response-length curriculum (C1 math RL: 24K → 32K → 40K)."""
+    """One sub-stage of a response-length curriculum (C1 math RL: 24K → 32K → 40K).
+
+    Its prompt side (C1 SWE RL's input-context curriculum, 16K → 24K prompt
+    tokens; trainer/onpolicy/prompt_curriculum.py): prompts longer than
+    `max_prompt_tokens` (0 = no limit) and examples of difficulty levels not
+    in `levels` (() = all) are skipped and counted.
+    """
 
     steps: int
     max_new_tokens: int
     temperature: float
+    max_prompt_tokens: int = 0
+    levels: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +179,10 @@ class RLConfig:
     kl_in_reward: bool = False
     entropy_coef: float = 0.0
     curriculum: tuple[CurriculumStage, ...] = ()
+    # > 0: the prompt stream sorts windows of this many prompts by length and
+    # serves them a step's worth of similar length at a time (a multiple of
+    # prompts_per_step; trainer/onpolicy/prompt_curriculum.py). 0 = off.
+    length_group_window: int = 0
     eval_num: int = 64  # held-out prompts per domain for the stage's own eval
     verifier_workers: int = 2
     verifier_timeout_s: float = 10.0
@@ -415,6 +427,7 @@ def validate(cfg: Config) -> Config:
         f"config.train.seq_len={t.seq_len} exceeds model max_seq_len={cfg.model.max_seq_len}",
     )
     _validate_rl(cfg.rl)
+    _validate_prompt_curriculum(cfg)
     _validate_rm(cfg)
     _validate_cascade(cfg.cascade)
     _check(
@@ -450,6 +463,26 @@ def parse_teachers(text: str) -> dict[str, str]:
         _check(domain not in out, f"config.rl.teachers names domain {domain!r} twice")
         out[domain] = path
     return out
+
+
+def _validate_prompt_curriculum(cfg: Config):
+    """A sub-stage's prompt limit leaves room for its responses; its levels exist."""
+    for i, c in enumerate(cfg.rl.curriculum):
+        _check(
+            c.max_prompt_tokens + c.max_new_tokens <= cfg.model.max_seq_len,
+            f"config.rl.curriculum[{i}].max_prompt_tokens={c.max_prompt_tokens} + "
+            f"max_new_tokens={c.max_new_tokens} exceed config.model.max_seq_len="
+            f"{cfg.model.max_seq_len}",
+        )
+        if not c.levels or cfg.data.files:
+            continue  # record files: levels are their records' `difficulty` fields
+        for domain in cfg.rl.domains:
+            rl_levels = tasks_registry.difficulty_levels(domain, "rl")
+            _check(
+                bool(set(c.levels) & set(rl_levels)),
+                f"config.rl.curriculum[{i}].levels={c.levels} leaves no {domain} prompt "
+                f"(its RL levels are {rl_levels})",
+            )
 
 
 def _validate_rm(cfg: Config):
@@ -562,6 +595,20 @@ def _validate_rl(r: RLConfig):
             c.steps > 0 and c.max_new_tokens > 0 and c.temperature > 0,
             f"config.rl.curriculum[{i}] needs positive steps, max_new_tokens, temperature",
         )
+        _check(
+            c.max_prompt_tokens >= 0,
+            f"config.rl.curriculum[{i}].max_prompt_tokens must be >= 0 (0 = no limit), "
+            f"got {c.max_prompt_tokens}",
+        )
+        _check(
+            all(lv >= 0 for lv in c.levels) and len(set(c.levels)) == len(c.levels),
+            f"config.rl.curriculum[{i}].levels={c.levels}: distinct levels >= 0, or () for all",
+        )
+    _check(
+        r.length_group_window >= 0 and r.length_group_window % r.prompts_per_step == 0,
+        f"config.rl.length_group_window={r.length_group_window} must be 0 (off) or a "
+        f"positive multiple of config.rl.prompts_per_step={r.prompts_per_step}",
+    )
     parse_teachers(r.teachers)
 
 

@@ -93,6 +93,7 @@ def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) 
         for step in range(start + 1, cfg.train.steps + 1):
             services.before(step)
             phase = parts.phase_at(cfg.rl, step)
+            stream.source.set_limits(phase.limits)
             t0 = time.perf_counter()
             examples = stream.next_batch()
             rng = jax.random.fold_in(key, step)
@@ -123,6 +124,7 @@ def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) 
                 train_s=t3 - t2,
                 rollout_tokens_per_s=float(lengths.sum()) / max(t1 - t0, 1e-9),
                 prompts_skipped=stream.skipped,
+                **stream.source.metrics(),
             )
             bar.update(1, **algorithm.progress(host), len=host["response_len_mean"])
             parts.after_step(cfg, rt, step, state, stream, host, own_eval, bar)

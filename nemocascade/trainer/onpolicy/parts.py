@@ -25,28 +25,30 @@ from nemocascade.rollout import groups, sampling_methods
 from nemocascade.sharding import rules as rules_lib
 from nemocascade.tasks import base as tasks_base
 from nemocascade.trainer import loop, stage_eval, stage_setup, step as step_lib
-from nemocascade.trainer.onpolicy import prompt_stream
+from nemocascade.trainer.onpolicy import prompt_curriculum, prompt_stream
 
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """The sampling settings in force at a step (length curriculum)."""
+    """The settings in force at a step (length curriculum; its prompt side in `limits`)."""
 
     max_new_tokens: int
     temperature: float
+    limits: prompt_curriculum.Limits = prompt_curriculum.Limits()
 
 
 def phase_at(rl: config_lib.RLConfig, step: int) -> Phase:
     """Curriculum sub-stage of 1-based `step` (the last one extends to the end)."""
-    start = 0
-    for c in rl.curriculum:
-        if step <= start + c.steps:
-            return Phase(c.max_new_tokens, c.temperature)
-        start += c.steps
-    if rl.curriculum:
-        last = rl.curriculum[-1]
-        return Phase(last.max_new_tokens, last.temperature)
-    return Phase(rl.max_new_tokens, rl.temperature)
+    if not rl.curriculum:
+        return Phase(rl.max_new_tokens, rl.temperature)
+    start, c = 0, rl.curriculum[-1]
+    for stage in rl.curriculum:
+        if step <= start + stage.steps:
+            c = stage
+            break
+        start += stage.steps
+    limits = prompt_curriculum.Limits(c.max_prompt_tokens, c.levels)
+    return Phase(c.max_new_tokens, c.temperature, limits)
 
 
 def modes_for(rl: config_lib.RLConfig, n: int) -> list[str]:
@@ -65,10 +67,10 @@ def prompt_filter(cfg: config_lib.Config, tok, template) -> Callable[[tasks_base
     r = cfg.rl
     longest = max([r.max_new_tokens] + [c.max_new_tokens for c in r.curriculum])
     room = cfg.model.max_seq_len - longest
-    modes = r.train_modes
+    length = prompt_length(cfg, tok, template)
 
     def keep(example: tasks_base.Example) -> bool:
-        n = max(len(chat_template.render_example_prompt(tok, example, m, template)) for m in modes)
+        n = length(example)
         if n <= room:
             return True
         if cfg.data.long_prompts == "error":
@@ -82,11 +84,24 @@ def prompt_filter(cfg: config_lib.Config, tok, template) -> Callable[[tasks_base
     return keep
 
 
+def prompt_length(cfg: config_lib.Config, tok, template) -> Callable[[tasks_base.Example], int]:
+    """example → its rendered prompt's tokens, the longest over the stage's modes."""
+    modes = cfg.rl.train_modes
+
+    def length(example: tasks_base.Example) -> int:
+        rendered = (chat_template.render_example_prompt(tok, example, m, template) for m in modes)
+        return max(len(ids) for ids in rendered)
+
+    return length
+
+
 def make_stream(
     cfg: config_lib.Config, data_state: dict, tok=None, template=None
 ) -> prompt_stream.PromptStream:
     """`rl.prompts_per_step` RL prompts of `rl.domains` (in `rl.domain_weights`
-    proportions, or of `data.files`) per step, split over processes."""
+    proportions, or of `data.files`) per step, split over processes, under the
+    curriculum's prompt limits (`stream.source.set_limits`) and, with
+    `rl.length_group_window`, grouped by length (`prompt_curriculum`)."""
     r = cfg.rl
     keep = prompt_filter(cfg, tok, template) if cfg.data.files and tok is not None else None
     loader = pipelines.rl_prompts(
@@ -101,8 +116,18 @@ def make_stream(
         shard_index=jax.process_index(),
         shard_count=jax.process_count(),
     )
-    stream = prompt_stream.PromptStream(
+    needs_length = r.length_group_window or any(c.max_prompt_tokens for c in r.curriculum)
+    if needs_length and tok is None:
+        raise ValueError("config.rl.length_group_window / max_prompt_tokens need the tokenizer")
+    source = prompt_curriculum.PromptSource(
         loader,
+        length=prompt_length(cfg, tok, template) if needs_length else None,
+        window=r.length_group_window // jax.process_count(),
+        group=r.prompts_per_step // jax.process_count(),
+        seed=cfg.train.seed,
+    )
+    stream = prompt_stream.PromptStream(
+        source,
         r.prompts_per_step // jax.process_count(),
         epoch_filter=r.dynamic_filter == "epoch",
         resample_easy=r.resample_easy,

@@ -46,6 +46,11 @@ class PromptStream:
         self.skipped = 0
         self.epoch = 0
 
+    @property
+    def source(self):
+        """The wrapped loader (a `prompt_curriculum.PromptSource` in the on-policy driver)."""
+        return self._loader
+
     def _keep(self, item: dict) -> bool:
         if not self._epoch_filter or item["epoch"] == 0:
             return True
