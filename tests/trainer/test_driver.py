@@ -32,7 +32,8 @@ class Fake:
         self.calls, self.closed = [], False
         Fake.instances.append(self)
 
-    def prepare(self, step, examples, rollouts, phase):
+    def prepare(self, step, examples, rollouts, phase, draw):
+        del draw
         self.calls.append((step, [e.uid for e in examples], len(rollouts.lengths)))
         batch = {k: rollouts.batch[k] for k in KEYS}
         rates = [0.0] * len(examples)  # every prompt "unsolved"

@@ -42,7 +42,8 @@ def prepare(
       `none`: the verifier's score is used as is.
     * advantages per group: (r − mean)/std, 0 where std = 0 (or `loo`, `mean_only`),
       optionally after z-score+tanh shaping.
-    * dynamic filtering `batch`: groups whose rewards are all equal are dropped
+    * dynamic filtering `batch` (and `refill`, which then samples more prompts:
+      `onpolicy/refill.py`): groups whose rewards are all equal are dropped
       from the loss (they carry no signal and would only dilute the token mean).
     """
     scores = np.asarray(scores, np.float32)
@@ -55,7 +56,8 @@ def prepare(
         groups = np.asarray(adv_lib.shaped_rewards(jnp.asarray(groups), rl.reward_shaping))
     adv = np.asarray(adv_lib.group_advantages(jnp.asarray(groups), mode=rl.advantage))
     zero_std = np.asarray(groups.std(axis=-1) <= 1e-6)
-    kept = ~zero_std if rl.dynamic_filter == "batch" else np.ones(len(groups), bool)
+    drop = rl.dynamic_filter in ("batch", "refill")
+    kept = ~zero_std if drop else np.ones(len(groups), bool)
 
     loss_mask = policy_rows.loss_mask.copy()
     seq_keep = np.repeat(kept, group_size)

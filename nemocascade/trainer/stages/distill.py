@@ -121,7 +121,8 @@ class MOPD:
         logging.info("[%s] teachers: %s", cfg.stage, dirs)
         self._lr_at = optimizer.schedule(cfg.optim, cfg.train.steps)
 
-    def prepare(self, step, examples, rollouts, phase) -> driver.Prepared:
+    def prepare(self, step, examples, rollouts, phase, draw) -> driver.Prepared:
+        del draw  # MOPD trains on the step's own prompts
         r = self._cfg.rl
         t0 = time.perf_counter()
         row_domains = [examples[i].domain for i in rollouts.example_index]

@@ -11,7 +11,9 @@ Options beside the paper's step: `rl.engine="continuous"` samples with the
 continuous engine and scores verifier rewards as rows finish, while the rest
 decode (`onpolicy/streaming.py`); `rl.updates_per_batch` > 1 takes that many
 optimizer updates on mini-batches of the rollout batch, against the sampler's
-log-probs as π_old, where the clip options take effect.
+log-probs as π_old, where the clip options take effect;
+`rl.dynamic_filter="refill"` samples more prompts until the step has
+`prompts_per_step` groups with non-zero reward spread (`onpolicy/refill.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from nemocascade.trainer.onpolicy import (
     driver,
     frozen,
     parts,
+    refill,
     rewarders,
     rl_batch,
     streaming,
@@ -105,6 +108,11 @@ class GRPO:
                 implementation=cfg.train.logprob_impl or None,
             )
         self._batch_shards = rules_lib.batch_shards(rt.mesh, rt.rules)
+        if cfg.rl.dynamic_filter == "refill" and jax.process_count() > 1:
+            # Each process would need its own number of rounds of a collective sampler.
+            raise config_lib.ConfigError(
+                "config.rl.dynamic_filter='refill' runs on one process only; use 'batch'"
+            )
         self._stream: streaming.StreamingScorer | None = None
 
     def stream(self, examples) -> Callable[[np.ndarray, list[str]], None] | None:
@@ -121,8 +129,48 @@ class GRPO:
         self._stream = streaming.StreamingScorer(score_rows, len(examples) * rl.group_size)
         return self._stream.submit
 
-    def prepare(self, step, examples, rollouts, phase) -> driver.Prepared:
+    def prepare(self, step, examples, rollouts, phase, draw) -> driver.Prepared:
         cfg, rl = self._cfg, self._cfg.rl
+        first = self._round(examples, rollouts, phase)
+        if rl.dynamic_filter == "refill":  # sample more prompts for informative groups
+            t0 = time.perf_counter()
+            rounds = refill.collect(
+                first, lambda i: self._round(*draw(i), phase), rl.refill_max_batches
+            )
+            prepared = refill.merge(rounds, rl.group_size)
+            extra = {"refill_s": time.perf_counter() - t0}
+        else:
+            rounds, prepared, extra = [first], first.prepared, first.metrics
+        in_loss = prepared.batch["loss_mask"].any(-1)
+        parts.check_finite_inputs(
+            cfg,
+            self._rt,
+            step,
+            rewards=prepared.rewards,
+            advantages=prepared.batch["advantages"][in_loss],
+        )
+        train_batch = prepared.batch
+        if jax.process_count() == 1:
+            rows = cfg.train.num_microbatches * self._batch_shards * rl.updates_per_batch
+            train_batch = rl_batch.compact(train_batch, rows, length_multiple=32)
+        metrics = dict(
+            prepared.metrics,
+            **extra,
+            train_rows=len(train_batch["loss_mask"]),
+            train_len=train_batch["loss_mask"].shape[1],
+        )
+        # Every sampled group's pass rate goes back to the stream, trained on or not.
+        pass_rates = [
+            rate
+            for r in rounds
+            for rate in r.prepared.rewards.reshape(-1, rl.group_size).mean(-1).tolist()
+        ]
+        sampled = [ex for r in rounds for ex in r.examples]
+        return driver.Prepared(train_batch, metrics, pass_rates, sampled)
+
+    def _round(self, examples, rollouts, phase) -> refill.Round:
+        """Scores one round of rollouts and prepares its (uncompacted) rows."""
+        rl = self._cfg.rl
         t0 = time.perf_counter()
         if self._stream is not None:  # scored while decoding; wait for the rest
             scores, verify = self._stream.finish(rollout_end=t0)
@@ -146,26 +194,7 @@ class GRPO:
         prepared = rl_batch.prepare(
             rl, rollouts.batch, scores, rollouts.truncated, rl.group_size, ref_logprobs
         )
-        in_loss = prepared.batch["loss_mask"].any(-1)
-        parts.check_finite_inputs(
-            cfg,
-            self._rt,
-            step,
-            rewards=prepared.rewards,
-            advantages=prepared.batch["advantages"][in_loss],
-        )
-        train_batch = prepared.batch
-        if jax.process_count() == 1:
-            rows = cfg.train.num_microbatches * self._batch_shards * rl.updates_per_batch
-            train_batch = rl_batch.compact(train_batch, rows, length_multiple=32)
-        metrics = dict(
-            prepared.metrics,
-            **verify,
-            train_rows=len(train_batch["loss_mask"]),
-            train_len=train_batch["loss_mask"].shape[1],
-        )
-        pass_rates = prepared.rewards.reshape(-1, rl.group_size).mean(-1).tolist()
-        return driver.Prepared(train_batch, metrics, pass_rates)
+        return refill.Round(list(examples), prepared, verify)
 
     def progress(self, host: dict) -> dict:
         return {"reward": host["reward_mean"]}
