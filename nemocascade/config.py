@@ -33,7 +33,7 @@ class ConfigError(ValueError):
 # Choices that belong to the trainer's host code (the library ones are imported).
 RL_MODES = (*tasks_base.MODES, "half_half")
 OVERLONG = ("filter", "zero_reward", "none")
-DYNAMIC_FILTERS = ("none", "batch", "epoch")
+DYNAMIC_FILTERS = ("none", "batch", "refill", "epoch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +165,10 @@ class RLConfig:
     max_new_tokens: int = 128
     thinking_budget: int = 0  # 0 = no budget beyond max_new_tokens
     overlong: str = "filter"  # filter | zero_reward | none
-    dynamic_filter: str = "none"  # none | batch | epoch
+    dynamic_filter: str = "none"  # none | batch | refill | epoch
+    # dynamic_filter="refill": at most this many extra rounds of prompts_per_step
+    # prompts per step to fill the batch with informative groups (onpolicy/refill.py).
+    refill_max_batches: int = 4
     resample_easy: float = 0.01
     resample_hard: float = 0.1
     advantage: str = "grpo"  # grpo | loo | mean_only
@@ -568,6 +571,10 @@ def _validate_rl(r: RLConfig):
     _check(
         r.dynamic_filter in DYNAMIC_FILTERS,
         f"config.rl.dynamic_filter={r.dynamic_filter!r}; choose from {DYNAMIC_FILTERS}",
+    )
+    _check(
+        r.refill_max_batches >= 1,
+        f"config.rl.refill_max_batches must be >= 1, got {r.refill_max_batches}",
     )
     _check(
         r.advantage in advantages.MODES,

@@ -13,6 +13,7 @@ on-policy stage: set-up, the step-0 eval, progress, finish.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -37,11 +38,14 @@ class Prepared:
       metrics: the algorithm's step metrics (its own timing included).
       pass_rates: per prompt, fed back to the prompt stream (epoch-level
         dynamic filtering); None when the algorithm has no reward.
+      examples: the prompts of `pass_rates` when the algorithm drew more than
+        the step's (None: the step's).
     """
 
     batch: dict
     metrics: dict
     pass_rates: list[float] | None = None
+    examples: list[tasks_base.Example] | None = None
 
 
 class Algorithm(Protocol):
@@ -55,7 +59,10 @@ class Algorithm(Protocol):
         examples: Sequence[tasks_base.Example],
         rollouts: groups.RolloutBatch,
         phase: parts.Phase,
-    ) -> Prepared: ...
+        draw: Callable[[int], tuple[list[tasks_base.Example], groups.RolloutBatch]],
+    ) -> Prepared:
+        """`draw(round)` samples the stream's next prompts, for an algorithm that
+        wants more than the step's (GRPO's refill, `onpolicy/refill.py`)."""
 
     def progress(self, host: dict) -> dict:
         """Fields of the progress bar besides the response length."""
@@ -65,6 +72,16 @@ class Algorithm(Protocol):
 
 # (cfg, workdir, runtime, tokenizer, template, initial state) -> Algorithm
 AlgorithmFactory = Callable[..., Algorithm]
+
+
+def _draw(cfg, rt, tok, template, params, stream, algorithm, phase, rng, round_: int):
+    """The stream's next prompts and their rollouts; round > 0 (a refill) has its own rng."""
+    examples = stream.next_batch()
+    # An algorithm with `stream` scores rows while the rest decode.
+    on_finish = algorithm.stream(examples) if hasattr(algorithm, "stream") else None
+    rng = jax.random.fold_in(rng, round_) if round_ else rng
+    rollouts = parts.sample_student(cfg, rt, tok, template, params, examples, phase, rng, on_finish)
+    return examples, rollouts
 
 
 def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) -> dict[str, Any]:
@@ -94,18 +111,16 @@ def run(cfg: config_lib.Config, workdir: str, make_algorithm: AlgorithmFactory) 
             services.before(step)
             phase = parts.phase_at(cfg.rl, step)
             stream.source.set_limits(phase.limits)
-            t0 = time.perf_counter()
-            examples = stream.next_batch()
             rng = jax.random.fold_in(key, step)
-            # An algorithm with `stream` scores rows while the rest decode.
-            on_finish = algorithm.stream(examples) if hasattr(algorithm, "stream") else None
-            rollouts = parts.sample_student(
-                cfg, rt, tok, template, state.params, examples, phase, rng, on_finish
+            draw = functools.partial(
+                _draw, cfg, rt, tok, template, state.params, stream, algorithm, phase, rng
             )
+            t0 = time.perf_counter()
+            examples, rollouts = draw(0)
             t1 = time.perf_counter()
-            prepared = algorithm.prepare(step, examples, rollouts, phase)
+            prepared = algorithm.prepare(step, examples, rollouts, phase, draw)
             if prepared.pass_rates is not None:
-                stream.record(examples, prepared.pass_rates)
+                stream.record(prepared.examples or examples, prepared.pass_rates)
             t2 = time.perf_counter()
             batch = rules_lib.put_batch(prepared.batch, rt.mesh, rt.rules)
             state, m = step_fn(phase.temperature)(state, batch, key)
