@@ -177,3 +177,25 @@ def test_refill_end_to_end_fills_steps_and_resumes_at_the_right_prompt(tmp_path)
     # Every sampled group's pass rate reached the stream, trained on or not.
     assert set(saved["last_rate"]) == set(seen)
     assert all(saved["last_rate"][u] == 0 for u in seen if not _informative(u))
+
+
+@pytest.mark.slow  # two toy RL stages
+def test_refill_on_the_continuous_engine_gives_the_static_step(tmp_path):
+    """Each round's rows are scored while the rest decode; the step is the static one."""
+    steps = {}
+    for engine in ("static", "continuous"):
+        cfg = _toy_refill_config(cap=8)
+        cfg = dataclasses.replace(
+            cfg,
+            rl=dataclasses.replace(cfg.rl, engine=engine, engine_slots=4),
+            train=dataclasses.replace(cfg.train, steps=1),
+        )
+        rl.run(cfg, str(tmp_path / engine))
+        records = metrics_lib.read(str(tmp_path / engine / cfg.stage / "metrics.jsonl"))
+        (steps[engine],) = [r for r in records if "refill_rounds" in r]
+    static, cont = steps["static"], steps["continuous"]
+    assert static["refill_rounds"] > 0
+    for key in ("refill_rounds", "groups_kept", "reward_mean", "response_len_mean"):
+        assert cont[key] == static[key], key
+    assert cont["loss"] == pytest.approx(static["loss"], abs=1e-5)
+    assert 0 <= cont["verify_overlap_s"] <= cont["verify_s"] + 1e-6
