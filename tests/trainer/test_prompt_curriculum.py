@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from configs import stage4_swe
-from nemocascade import config as config_lib
+from nemocascade import config as config_lib, metrics as metrics_lib
 from nemocascade.data import chat_template, pipelines, records, tokenizer as tokenizer_lib
 from nemocascade.model import presets
 from nemocascade.rollout import decoding
 from nemocascade.tasks import patch_format
-from nemocascade.trainer.onpolicy import parts, prompt_curriculum, prompt_stream
+from nemocascade.trainer.onpolicy import driver, parts, prompt_curriculum, prompt_stream
+from tests.trainer import test_driver, test_rl_stage
 
 
 def _records(tmp_path, lengths, name="rl.jsonl"):
@@ -241,3 +242,44 @@ def test_bad_prompt_curriculum_values_name_the_field(rl, message):
     cfg = dataclasses.replace(base, rl=dataclasses.replace(base.rl, **rl))
     with pytest.raises(config_lib.ConfigError, match=message):
         config_lib.validate(cfg)
+
+
+class _Recording(test_driver.Fake):
+    """The driver's fake algorithm, keeping the examples of each step."""
+
+    seen: list = []
+
+    def __init__(self, *args):  # not in Fake.instances, which test_driver counts
+        self.calls, self.closed = [], False
+
+    def prepare(self, step, examples, rollouts, phase, draw):
+        _Recording.seen.append((step, phase.limits, list(examples)))
+        return super().prepare(step, examples, rollouts, phase, draw)
+
+
+def test_the_driver_applies_each_sub_stage_and_logs_the_skips(tmp_path):
+    cd = stage4_swe.get_config("tiny")
+    cd.model.update(test_rl_stage.TOY_MODEL)
+    cd.train.update(steps=3, batch_size=8, log_every=1, checkpoint_every=100, progress=False)
+    cd.rl.update(prompts_per_step=2, group_size=4, eval_num=2, num_prompts=16, max_new_tokens=8)
+    cd.rl.update(verifier_workers=0, dynamic_filter="none", overlong="none")
+    cd.rl.length_group_window = 4
+    cd.rl.curriculum = [
+        {"steps": 2, "max_new_tokens": 8, "temperature": 1.0, "levels": [1, 2]},
+        {"steps": 1, "max_new_tokens": 8, "temperature": 1.0, "levels": [3]},
+    ]
+    cd.eval.update(num_per_domain=0, max_new_tokens=8, thinking_budget=4, batch_size=8)
+    cfg = config_lib.from_config_dict(cd)
+    _Recording.seen = []
+    driver.run(cfg, str(tmp_path), _Recording)
+    assert [(s, lim.levels) for s, lim, _ in _Recording.seen] == [
+        (1, (1, 2)),
+        (2, (1, 2)),
+        (3, (3,)),
+    ]
+    levels = [{e.difficulty for e in examples} for _, _, examples in _Recording.seen]
+    assert levels[0] | levels[1] <= {1, 2} and levels[2] == {3}
+    rows = metrics_lib.read(str(tmp_path / "stage4_swe" / "metrics.jsonl"))
+    skips = [r["prompts_skipped_level"] for r in rows if "fake_rows" in r]
+    assert skips == sorted(skips) and skips[-1] > 0
+    assert all(r["prompts_skipped_long"] == 0 for r in rows if "fake_rows" in r)
