@@ -283,3 +283,22 @@ def test_the_driver_applies_each_sub_stage_and_logs_the_skips(tmp_path):
     skips = [r["prompts_skipped_level"] for r in rows if "fake_rows" in r]
     assert skips == sorted(skips) and skips[-1] > 0
     assert all(r["prompts_skipped_long"] == 0 for r in rows if "fake_rows" in r)
+
+
+def test_a_bare_loader_state_resumes_and_a_changed_window_is_refused(tmp_path):
+    path = _records(tmp_path, [10 + 7 * i for i in range(12)])
+
+    def loader():
+        return pipelines.rl_prompts(batch_size=1, files=[path], seed=2)
+
+    old = loader()
+    for _ in range(5):
+        next(old)
+    source = _source(loader())  # a checkpoint written before the source existed
+    source.set_state(old.get_state())
+    assert next(source)[0]["example"].uid == next(old)[0]["example"].uid
+    grouped = _source(loader(), window=8, group=4)
+    next(grouped)
+    state = grouped.get_state()
+    with pytest.raises(ValueError, match="config.rl.length_group_window"):
+        _source(loader(), window=4, group=4).set_state(state)
