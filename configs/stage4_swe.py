@@ -35,8 +35,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = common.rl_base("stage4_swe", size)
     c.rl.update(domains=("swe",), reward="swe", mode="thinking", dynamic_filter="batch")
     if size in ("tiny", "small"):
-        # Thinking (<= 30 tokens) + one edit (<= 90) fit 144 new tokens.
-        c.rl.update(max_new_tokens=144, num_prompts=256, overlong="none", temperature=0.8)
+        # Thinking (<= 83 tokens) + one edit fit 160 new tokens (at most 150 in the world).
+        c.rl.update(max_new_tokens=160, num_prompts=256, overlong="none", temperature=0.8)
         c.optim.update(lr=5e-5)
         c.train.update(steps=16, eval_every=4, checkpoint_every=8)
     else:

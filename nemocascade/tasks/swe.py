@@ -24,18 +24,38 @@ one input:
 Difficulty 1: both functions in one file; 2: two files; 3: two files and a
 distractor file the chain never calls (C1's "mixed localization" prompts;
 levels 1–2 are its ground-truth-files-only prompts). The thinking trace
-follows the calls from the entry point, comparing comment and code, to the
-disagreeing line (`run ok` / `step: plus 4 not + 3` / `fix util.py`); the
-answer is one SEARCH/REPLACE edit of that line, the golden patch its unified
-diff, and the hidden tests (`check(candidate)` on the entry point, four
-inputs) fail before it and pass after it.
+follows the calls from the entry point inwards; for each function it copies
+the three lines from the files, then writes what the comment asks beside
+what the code does and the verdict, until the disagreeing line:
 
-The SFT teacher patches the symptom in `SFT_SYMPTOM_RATE` of its answers: it
-special-cases the reported input in the entry point (`if x == 3: return 14`),
-which makes the issue's example pass and fails the hidden tests (at least
-two other inputs expose the bug). As with the code domain's lookup answers,
-greedy imitation inherits the habit while sampling still finds the real fix,
-so SWE RL has one decision to flip; RL and eval references are real fixes.
+    def run(x):
+        # times 2
+        return step(x) * 2
+    * 2 vs * 2: ok
+    def step(x):
+        # plus 4
+        return x + 3
+    + 4 vs + 3: wrong
+    fix util.py
+
+Copying the lines verbatim and putting the two operator/constant pairs side
+by side turn the comparison into short-range steps the tiny model can learn
+(a trace that only named the verdict, `step: plus 4 not + 3`, was copied
+wrongly in most sampled fixes). The answer is one SEARCH/REPLACE edit of that
+line, the golden patch its unified diff, and the hidden tests
+(`check(candidate)` on the entry point, four inputs) fail before it and pass
+after it.
+
+The SFT teacher does not follow the call: when the entry point is right (the
+bug is in the helper), in `SFT_SYMPTOM_RATE` of those answers it stops after
+the entry point's `ok` and special-cases the reported input there (`patch run
+for x == 3`, answer `if x == 3: return 14` above the return line), which
+makes the issue's example pass and fails the hidden tests (at least two other
+inputs expose the bug). Greedy imitation inherits the habit at that branch
+while sampling still follows the call; the execution-free reward pays the
+symptom patch 0 when it lands in another file than the golden patch (levels
+2–3) and about 0.4 in the same file (level 1), the real fix up to 1, so SWE
+RL has one decision to flip. RL and eval references are real fixes.
 """
 
 from __future__ import annotations
@@ -86,13 +106,17 @@ def _line(arg: str, op: str, c: int) -> str:
     return f"    return {arg} {_OPS[op]} {c}"
 
 
+def _block(name: str, arg: str, want: tuple[str, int], have: tuple[str, int]) -> str:
+    """One function as the files show it: def line, comment (what it should do), code."""
+    return f"def {name}(x):\n    # {want[0]} {want[1]}\n{_line(arg, *have)}"
+
+
 def _source(names, args, files_of, imports, true_ops, bug_at, bad) -> dict[str, str]:
     """{path: content}; function i lives in file files_of[i]."""
     bodies: dict[str, list[str]] = {}
     for i, name in enumerate(names):
         op, c = bad if i == bug_at else true_ops[i]
-        want_op, want_c = true_ops[i]
-        block = f"def {name}(x):\n    # {want_op} {want_c}\n{_line(args[i], op, c)}\n"
+        block = _block(name, args[i], true_ops[i], (op, c)) + "\n"
         bodies.setdefault(files_of[i], []).append(block)
     return {
         path: "".join(imports.get(path, [])) + ("\n" if path in imports else "") + "\n\n".join(b)
@@ -136,21 +160,22 @@ def sample(rng: random.Random, difficulty: int, split: str) -> tuple[str, str, s
     listing = "\n".join(f"### {p}\n{files[p]}" for p in rng.sample(sorted(files), len(files)))
     prompt = f"Issue: {issue}\n\n{listing}"
     trace = []
-    for i in reversed(range(num_fns)):
-        op, c = buggy_ops[i]
-        want_op, want_c = true_ops[i]
-        if i != bug_at:
-            trace.append(f"{names[i]} ok")
-            continue
-        trace.append(f"{names[i]}: {want_op} {want_c} not {_OPS[op]} {c}")
-        break
-    trace.append(f"fix {files_of[bug_at]}")
     edit = (files_of[bug_at], _line(args[bug_at], *bad), _line(args[bug_at], *true_ops[bug_at]))
-    if split == "sft" and rng.random() < SFT_SYMPTOM_RATE:
-        top_line = _line(args[-1], *buggy_ops[-1])
-        patch = f"    if x == {x0}:\n        return {good[0]}\n{top_line}"
-        edit = (files_of[-1], top_line, patch)
-        trace = [f"patch {top} for x == {x0}"]
+    lazy = split == "sft" and bug_at < num_fns - 1 and rng.random() < SFT_SYMPTOM_RATE
+    for i in reversed(range(num_fns)):  # from the entry point inwards
+        want, have = true_ops[i], buggy_ops[i]
+        trace.append(_block(names[i], args[i], want, have))
+        verdict = "ok" if i != bug_at else "wrong"
+        trace.append(f"{_OPS[want[0]]} {want[1]} vs {_OPS[have[0]]} {have[1]}: {verdict}")
+        if lazy:  # the habit: the entry point is right, so special-case it
+            top_line = _line(args[-1], *buggy_ops[-1])
+            patch = f"    if x == {x0}:\n        return {good[0]}\n{top_line}"
+            edit = (files_of[-1], top_line, patch)
+            trace.append(f"patch {top} for x == {x0}")
+            break
+        if i == bug_at:
+            trace.append(f"fix {files_of[bug_at]}")
+            break
     cases = zip(inputs, good, strict=True)
     asserts = "".join(f"    assert candidate({x}) == {y}\n" for x, y in cases)
     meta = {
