@@ -19,7 +19,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = common.rl_base("stage3_long", size)
     c.rl.update(domains=("code",), mode="thinking", overlong="none", dynamic_filter="batch")
     if size in ("tiny", "small"):
-        c.rl.update(max_new_tokens=128, num_prompts=256)
+        # Continuous batching with streaming verification: this stage's response
+        # lengths vary most and its sandboxed tests take the longest to verify
+        # (per-stage rollout seconds of both engines: docs/benchmarks.md).
+        c.rl.update(max_new_tokens=128, num_prompts=256, engine="continuous")
         # Code rollouts are less peaked than math ones (entropy ~0.1-0.2 vs
         # ~0.03 nats/token); 5e-5 raised held-out pass@1 12.5% -> 21.9% in 20
         # steps from the tiny SFT.
