@@ -57,7 +57,9 @@ def modes_for(rl: config_lib.RLConfig, n: int) -> list[str]:
     return [rl.mode] * n
 
 
-def prompt_filter(cfg: config_lib.Config, tok, template) -> Callable[[tasks_base.Example], bool]:
+def prompt_filter(
+    cfg: config_lib.Config, length: Callable[[tasks_base.Example], int]
+) -> Callable[[tasks_base.Example], bool]:
     """keep(example): its prompt and the longest response fit the context (`data.long_prompts`).
 
     A prompt that does not fit is dropped (counted and logged when the
@@ -67,7 +69,6 @@ def prompt_filter(cfg: config_lib.Config, tok, template) -> Callable[[tasks_base
     r = cfg.rl
     longest = max([r.max_new_tokens] + [c.max_new_tokens for c in r.curriculum])
     room = cfg.model.max_seq_len - longest
-    length = prompt_length(cfg, tok, template)
 
     def keep(example: tasks_base.Example) -> bool:
         n = length(example)
@@ -95,6 +96,19 @@ def prompt_length(cfg: config_lib.Config, tok, template) -> Callable[[tasks_base
     return length
 
 
+def _by_uid(length: Callable[[tasks_base.Example], int]) -> Callable[[tasks_base.Example], int]:
+    """`length` computed once per prompt uid (the records' indexing and the prompt
+    source ask for the same prompts)."""
+    memo: dict[str, int] = {}
+
+    def cached(example: tasks_base.Example) -> int:
+        if example.uid not in memo:
+            memo[example.uid] = length(example)
+        return memo[example.uid]
+
+    return cached
+
+
 def make_stream(
     cfg: config_lib.Config, data_state: dict, tok=None, template=None
 ) -> prompt_stream.PromptStream:
@@ -103,7 +117,8 @@ def make_stream(
     curriculum's prompt limits (`stream.source.set_limits`) and, with
     `rl.length_group_window`, grouped by length (`prompt_curriculum`)."""
     r = cfg.rl
-    keep = prompt_filter(cfg, tok, template) if cfg.data.files and tok is not None else None
+    length = _by_uid(prompt_length(cfg, tok, template)) if tok is not None else None
+    keep = prompt_filter(cfg, length) if cfg.data.files and length is not None else None
     loader = pipelines.rl_prompts(
         batch_size=1,
         seed=cfg.train.seed,
@@ -117,11 +132,11 @@ def make_stream(
         shard_count=jax.process_count(),
     )
     needs_length = r.length_group_window or any(c.max_prompt_tokens for c in r.curriculum)
-    if needs_length and tok is None:
+    if needs_length and length is None:
         raise ValueError("config.rl.length_group_window / max_prompt_tokens need the tokenizer")
     source = prompt_curriculum.PromptSource(
         loader,
-        length=prompt_length(cfg, tok, template) if needs_length else None,
+        length=length if needs_length else None,
         window=r.length_group_window // jax.process_count(),
         group=r.prompts_per_step // jax.process_count(),
         seed=cfg.train.seed,

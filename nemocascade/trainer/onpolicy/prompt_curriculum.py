@@ -63,8 +63,8 @@ class PromptSource:
 
     Args:
       loader: yields `[{"epoch": int, "example": Example}]`.
-      length: example → prompt length in tokens; needed for a token limit or
-        grouping (memoized by uid).
+      length: example → prompt length in tokens (`parts.prompt_length`, memoized);
+        needed for a token limit or grouping.
       window: items per length-sorted window (0 = no grouping), a multiple of
         `group`.
       group: items per step on this process (one group of a window).
@@ -90,7 +90,6 @@ class PromptSource:
             raise ValueError("length grouping (config.rl.length_group_window) needs a length")
         self._loader = loader
         self._length = length
-        self._memo: dict[str, int] = {}
         self._window, self._group, self._seed = window, group, seed
         self.limits = Limits()
         self.skipped_long = 0
@@ -110,11 +109,6 @@ class PromptSource:
             raise ValueError("max_prompt_tokens (config.rl.curriculum) needs a prompt length")
         self.limits = limits
 
-    def length(self, example: tasks_base.Example) -> int:
-        if example.uid not in self._memo:
-            self._memo[example.uid] = int(self._length(example))
-        return self._memo[example.uid]
-
     def metrics(self) -> dict[str, int]:
         return {
             "prompts_skipped_long": self.skipped_long,
@@ -133,7 +127,7 @@ class PromptSource:
             lim = self.limits
             if lim.levels and example.difficulty not in lim.levels:
                 self.skipped_level += 1
-            elif lim.max_prompt_tokens and self.length(example) > lim.max_prompt_tokens:
+            elif lim.max_prompt_tokens and self._length(example) > lim.max_prompt_tokens:
                 self.skipped_long += 1
             else:
                 return batch
@@ -156,7 +150,7 @@ class PromptSource:
         items = list(itertools.islice(self._loader, self._window))
         if not items:
             raise StopIteration
-        lengths = [self.length(b[0]["example"]) for b in items]
+        lengths = [self._length(b[0]["example"]) for b in items]
         ranked = sorted(range(len(items)), key=lengths.__getitem__)  # stable
         groups = [ranked[i : i + self._group] for i in range(0, len(ranked), self._group)]
         perm = np.random.default_rng([self._seed, index]).permutation(len(groups))
