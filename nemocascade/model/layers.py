@@ -19,7 +19,7 @@ from nemocascade.kernels.attention import (
     decode as attention_decode,
     sharded as attention_sharded,
 )
-from nemocascade.model import presets
+from nemocascade.model import presets, swiglu
 
 
 def dtype_of(name: str):
@@ -65,6 +65,29 @@ def rope(x_btnh, positions_bt, theta: float):
     return (x32 * cos + rotated * sin).astype(x_btnh.dtype)
 
 
+def _kernel(module: nn.Module, shape, names, cfg: presets.ModelConfig):
+    """The module's `kernel` parameter (logically named axes) in the compute dtype."""
+    kernel = module.param(
+        "kernel",
+        nn.with_logical_partitioning(nn.initializers.normal(stddev=0.02), names),
+        shape,
+        dtype_of(cfg.param_dtype),
+    )
+    return kernel.astype(dtype_of(cfg.dtype))
+
+
+class Kernel(nn.Module):
+    """A bare projection kernel, for layers that apply it in a function of their own."""
+
+    shape: tuple[int, ...]
+    names: tuple[str, ...]
+    cfg: presets.ModelConfig
+
+    @nn.compact
+    def __call__(self):
+        return _kernel(self, self.shape, self.names, self.cfg)
+
+
 class Dense(nn.Module):
     """Bias-free projection `einsum(spec, x, kernel)` with logically named kernel axes.
 
@@ -79,14 +102,8 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        kernel = self.param(
-            "kernel",
-            nn.with_logical_partitioning(nn.initializers.normal(stddev=0.02), self.names),
-            self.shape,
-            dtype_of(self.cfg.param_dtype),
-        )
-        dtype = dtype_of(self.cfg.dtype)
-        return jnp.einsum(self.spec, x.astype(dtype), kernel.astype(dtype))
+        kernel = _kernel(self, self.shape, self.names, self.cfg)
+        return jnp.einsum(self.spec, x.astype(kernel.dtype), kernel)
 
 
 class Attention(nn.Module):
@@ -187,10 +204,16 @@ class MLP(nn.Module):
     def __call__(self, x_btd):
         cfg = self.cfg
         d, f = cfg.d_model, cfg.d_ff
-        gate = Dense("btd,df->btf", (d, f), ("embed", "mlp"), cfg, name="gate_proj")(x_btd)
-        up = Dense("btd,df->btf", (d, f), ("embed", "mlp"), cfg, name="up_proj")(x_btd)
-        h_btf = constrain(nn.silu(gate) * up, ("act_batch", "act_len", "act_mlp"))
-        return Dense("btf,fd->btd", (f, d), ("mlp", "embed"), cfg, name="down_proj")(h_btf)
+        w_gate = Kernel((d, f), ("embed", "mlp"), cfg, name="gate_proj")()
+        w_up = Kernel((d, f), ("embed", "mlp"), cfg, name="up_proj")()
+        w_down = Kernel((f, d), ("mlp", "embed"), cfg, name="down_proj")()
+        return swiglu.swiglu(
+            x_btd.astype(w_gate.dtype), w_gate, w_up, w_down, constrain_btf=_constrain_btf
+        )
+
+
+def _constrain_btf(x_btf):
+    return constrain(x_btf, ("act_batch", "act_len", "act_mlp"))
 
 
 _ACT_Q = ("act_batch", "act_len", "act_heads", None)

@@ -12,7 +12,7 @@ import dataclasses
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
 DTYPES = ("float32", "bfloat16")
 # `nemocascade/kernels/attention/api.py` implements these; "" picks by platform.
-ATTENTION_IMPLS = ("", "xla", "chunked_xla", "dot_product", "splash", "pallas_gpu")
+ATTENTION_IMPLS = ("", "xla", "blocked_xla", "chunked_xla", "dot_product", "splash", "pallas_gpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +37,7 @@ class ModelConfig:
       scan_layers: stack layers with `nn.scan` (one compiled block).
       max_seq_len: longest sequence the model is used with (KV cache size cap).
       attention_impl: attention implementation (`ATTENTION_IMPLS`); "" picks
-        by platform (cpu: xla, tpu: splash, gpu: chunked_xla).
+        by platform (cpu: blocked_xla, tpu: splash, gpu: chunked_xla).
     """
 
     vocab_size: int

@@ -12,7 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nemocascade.kernels.attention import api, chunked_xla, decode, reference, sharded
+from nemocascade.kernels.attention import (
+    api,
+    blocked_xla,
+    chunked_xla,
+    decode,
+    reference,
+    sharded,
+)
 from nemocascade.model import presets
 from nemocascade.rollout import decoding, sampling_methods
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
@@ -21,7 +28,12 @@ from tests.rollout import helpers
 
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 2e-2}
 B, T, N, K, H = 2, 256, 4, 2, 32
-BLOCK = {"splash": 128, "pallas_gpu": 64, "chunked_xla": 96}  # several tiles per row
+BLOCK = {
+    "splash": 128,
+    "pallas_gpu": 64,
+    "chunked_xla": 96,
+    "blocked_xla": 48,
+}  # several tiles per row
 
 
 def _segments(b: int, t: int) -> np.ndarray:
@@ -87,6 +99,43 @@ def test_chunked_xla_equals_reference_to_f32_rounding_with_ragged_blocks():
     np.testing.assert_allclose(out, ref, atol=2e-6, rtol=2e-6)  # padding rows too
 
 
+def test_blocked_xla_ragged_blocks_and_cache_reads_equal_reference():
+    q, k, v, slot, seg, cot = _inputs(jnp.float32, t=200)
+
+    def reference_fn(q, k, v):
+        return reference.attention(q, k, v, slot, seg, slot, seg)
+
+    ref = reference_fn(q, k, v)
+    ref_grads = _loss_and_grads(reference_fn, q, k, v, seg, cot)[1]
+    valid = np.asarray(seg != 0)
+    for self_attention, block in ((True, 64), (True, 200), (False, 64)):  # 200 = 3·64 + 8
+
+        def run(q, k, v, self_attention=self_attention, block=block):
+            return blocked_xla.attention(
+                q, k, v, slot, seg, slot, seg, self_attention=self_attention, block_q=block
+            )
+
+        out = run(q, k, v)
+        rows = valid if self_attention and block < 200 else np.ones_like(valid)  # padding rows too
+        np.testing.assert_allclose(np.asarray(out)[rows], np.asarray(ref)[rows], atol=2e-6)
+        grads = _loss_and_grads(run, q, k, v, seg, cot)[1]
+        for g, rg in zip(grads, ref_grads, strict=True):
+            _check(g, rg, 2e-5)
+    # The causal blocks form only the scores at or below each block's last key.
+    text = jax.jit(run).lower(q, k, v).as_text()  # self_attention=False: the reference
+    assert "200x200" in text
+    causal = (
+        jax.jit(
+            lambda q, k, v: blocked_xla.attention(
+                q, k, v, slot, seg, slot, seg, self_attention=True, block_q=64
+            )
+        )
+        .lower(q, k, v)
+        .as_text()
+    )
+    assert "64x64xf32" in causal and "8x200xf32" in causal and "200x200" not in causal
+
+
 @pytest.mark.parametrize("impl", ["splash", "pallas_gpu"])
 def test_pallas_falls_back_to_chunked_on_cache_calls_and_ragged_lengths(impl):
     q, k, v, slot, seg, _ = _inputs(jnp.float32, t=96)
@@ -104,7 +153,7 @@ def test_unknown_implementation_names_the_field():
     with pytest.raises(ValueError, match="model.attention_impl"):
         presets.get_preset("tiny", attention_impl="flash")
     assert presets.ATTENTION_IMPLS == ("",) + api.IMPLEMENTATIONS
-    assert api.resolve("") == "xla"  # CPU default keeps the reference numerics
+    assert api.resolve("") == "blocked_xla"  # the CPU default
 
 
 MESH_AXES = sharded.MeshAxes(batch=("data", "fsdp"), heads="tensor", kv_heads="tensor")

@@ -10,6 +10,7 @@ GQA: `N` query heads share `K` kv heads in groups of `N/K`.
 | name | what | memory | where |
 |---|---|---|---|
 | `xla` | `reference.attention`, materialized scores (the oracle) | O(T·S) | everywhere |
+| `blocked_xla` | causal query blocks, hand-written backward | O(T·S) | everywhere |
 | `chunked_xla` | reference per query block under remat | O(block·S) | everywhere |
 | `dot_product` | `jax.nn.dot_product_attention` (cuDNN on GPU) | backend's | everywhere |
 | `splash` | Pallas TPU splash attention | O(block²) | TPU; CPU interpret |
@@ -20,9 +21,10 @@ queries' own tokens, `self_attention=True`) at lengths their tiles divide;
 any other call (KV-cache prefill/decode, ragged lengths) falls back to
 `chunked_xla`, which is exact. Under a multi-device mesh the Pallas kernels run
 inside `jax.shard_map` (`sharded.py`); the XLA implementations are partitioned
-by XLA. `""` picks by `jax.default_backend()`: cpu → `xla` (the tiny models'
-numerics), tpu → `splash`, gpu → `chunked_xla` (until the Pallas GPU kernel
-has run on hardware, see docs/kernels.md).
+by XLA. `""` picks by `jax.default_backend()`: cpu → `blocked_xla` (the
+fastest there at the tiny models' lengths), tpu → `splash`, gpu →
+`chunked_xla` (until the Pallas GPU kernel has run on hardware, see
+docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import jax
 
 from nemocascade.kernels.attention import (
+    blocked_xla,
     chunked_xla,
     dot_product,
     pallas_gpu,
@@ -38,8 +41,8 @@ from nemocascade.kernels.attention import (
     sharded,
 )
 
-IMPLEMENTATIONS = ("xla", "chunked_xla", "dot_product", "splash", "pallas_gpu")
-_DEFAULT_BY_BACKEND = {"cpu": "xla", "tpu": "splash", "gpu": "chunked_xla"}
+IMPLEMENTATIONS = ("xla", "blocked_xla", "chunked_xla", "dot_product", "splash", "pallas_gpu")
+_DEFAULT_BY_BACKEND = {"cpu": "blocked_xla", "tpu": "splash", "gpu": "chunked_xla"}
 _PALLAS = {"splash": pallas_tpu, "pallas_gpu": pallas_gpu}
 
 
@@ -78,7 +81,8 @@ def attention(
       self_attention: keys/values are the queries' own tokens in order
         (training forward); required by the Pallas kernels.
       interpret: Pallas interpret mode; None = on when the backend is CPU.
-      block: query block (`chunked_xla`) or tile (Pallas) size; None = default.
+      block: query block (`chunked_xla`, `blocked_xla`) or tile (Pallas) size;
+        None = default.
       mesh_axes: mesh axes of batch and heads for the Pallas kernels'
         `shard_map` (None: call the kernel directly).
     """
@@ -86,6 +90,10 @@ def attention(
     args = (q_btnh, k_bskh, v_bskh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs)
     if name == "xla":
         return reference.attention(*args)
+    if name == "blocked_xla":
+        return blocked_xla.attention(
+            *args, self_attention=self_attention, block_q=block or blocked_xla.DEFAULT_BLOCK_Q
+        )
     if name == "dot_product":
         return dot_product.attention(*args)
     if name in _PALLAS:
