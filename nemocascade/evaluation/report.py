@@ -116,14 +116,14 @@ def _lengths(table, done) -> list[str]:
     return lines
 
 
-def _plots(workdir: str, table, done) -> list[str]:
+def heatmap(table: dict[str, dict[str, float]], done: list[str], path: str) -> None:
+    """Writes the stage × (domain, mode) headline grid of `table` as a PNG at `path`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    written = []
     cols = [(d, m) for d in DOMAINS for m in MODES]
     grid = np.array(
         [[table[s].get(headline_key(d, m), np.nan) for d, m in cols] for s in done], float
@@ -138,10 +138,18 @@ def _plots(workdir: str, table, done) -> list[str]:
                 ax.text(j, i, f"{100 * grid[i, j]:.0f}", ha="center", va="center", color="w")
     fig.colorbar(im, ax=ax, label="pass@1 (chat: gold score)")
     fig.tight_layout()
-    fig.savefig(os.path.join(workdir, "eval_heatmap.png"), dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    written.append("eval_heatmap.png")
 
+
+def _plots(workdir: str, table, done) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heatmap(table, done, os.path.join(workdir, "eval_heatmap.png"))
+    written = ["eval_heatmap.png"]
     curves = {s: metrics_lib.read(os.path.join(workdir, s, "metrics.jsonl")) for s in done}
     curves = {s: [r for r in rec if "reward_mean" in r] for s, rec in curves.items()}
     curves = {s: rec for s, rec in curves.items() if rec}
