@@ -51,8 +51,8 @@ def num_prompts(workdirs: Sequence[str], stage: str, default: int) -> tuple[int,
     cfg = _stage_config(workdirs, stage)
     n = (cfg or {}).get("eval", {}).get("num_per_domain")
     if n:
-        return int(n), f"{stage}/{CONFIG_FILE} eval.num_per_domain"
-    return default, "--num_prompts (no config.json records it)"
+        return int(n), f"its {CONFIG_FILE} (`eval.num_per_domain`)"
+    return default, f"--num_prompts={default} (no {CONFIG_FILE} of the stage records it)"
 
 
 def own_domains(workdirs: Sequence[str], stage: str) -> tuple[str, ...]:
@@ -192,14 +192,17 @@ def write(
     if bench:
         lines += ["", "Benchmark suites (`eval.suites`), pass@1 in percent, mean ± sd:", ""]
         lines += _grid(agg, bench, [k.removesuffix("/pass@1") for k in bench], "cells")
-    sources = sorted({src for _, src in prompts.values()})
+    by_source: dict[str, list[str]] = {}
+    for s, (_, src) in prompts.items():
+        by_source.setdefault(src, []).append(s)
+    sources = "; ".join(f"{', '.join(ss)} from {src}" for src, ss in by_source.items())
     lines += [
         "",
         "## Binomial noise of a cell",
         "",
         "sqrt(p (1 - p) / prompts) in points at p = the mean: the sd of one seed's cell from "
         "the draw of prompts alone (for chat's gold score, an upper bound). Prompts per cell "
-        f"from {'; '.join(sources)}.",
+        f"of {sources}.",
         "",
     ]
     lines += _noise(agg, {s: n for s, (n, _) in prompts.items()}, heads, labels)

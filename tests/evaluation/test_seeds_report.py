@@ -89,6 +89,10 @@ def test_summary_and_report_text(tmp_path):
     # binomial noise: sqrt(.5 * .5 / 100) at sft, sqrt(.7 * .3 / 128) at stage2_medium
     assert "| sft | 100 | – | – | – | – | 5.0 |" in text
     assert "| stage2_medium | 128 | – | – | – | – | 4.1 |" in text
+    assert (
+        "Prompts per cell of sft, stage3_long from --num_prompts=100 (no config.json of the "
+        "stage records it); stage2_medium from its config.json (`eval.num_per_domain`)."
+    ) in text
     assert "**math/thinking/pass@1: mean 47.5 after stage3_long" in text
     # each seed's own table, from the single-run report
     tables = [report.collect(w, STAGES) for w in dirs]
