@@ -14,6 +14,8 @@ passing params. Run a subset with `--config.cascade.stages=sft,rm`; change
 any stage's field with
 `--config.cascade.set='stage2_medium.train.steps=10;sft.optim.lr=1e-3'`
 (applied after `config.cascade.defaults`, the size's own per-stage settings).
+`--config.cascade.seed=S` gives every stage `train.seed=S` (one run of a
+several-seed table: docs/results.md, "Several seeds").
 """
 
 import ml_collections

@@ -235,6 +235,7 @@ class CascadeConfig:
     stop_on_forgetting: bool = False
     defaults: str = ""  # the size's per-stage settings, "stage.section.field=value;..."
     set: str = ""  # the same form, applied after `defaults`
+    seed: int = -1  # >= 0: every stage's train.seed (before `set`); -1: each stage's own
 
     @property
     def chain(self) -> tuple[str, ...]:
@@ -353,6 +354,11 @@ def validate(cfg: Config) -> Config:
     _check(o.weight_decay >= 0, f"config.optim.weight_decay must be >= 0, got {o.weight_decay}")
     _check(o.eps > 0, f"config.optim.eps must be > 0, got {o.eps}")
     _check(t.steps >= 0, f"config.train.steps must be >= 0, got {t.steps}")
+    _check(
+        cfg.stage != "cascade" or t.seed == TrainConfig.seed,
+        "config.train.seed does not reach the cascade's stages (each loads its own "
+        "configs/<stage>.py); set --config.cascade.seed instead",
+    )
     _check(t.batch_size > 0, f"config.train.batch_size must be > 0, got {t.batch_size}")
     _check(
         t.keep_checkpoints >= 1,

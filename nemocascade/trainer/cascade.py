@@ -30,9 +30,13 @@ def merged_overrides(spec: config_lib.CascadeConfig) -> dict[str, dict[str, Any]
     """`cascade.defaults` (the size's per-stage settings), then `cascade.set` on top.
 
     With `cascade.stop_on_forgetting` every on-policy stage also gets the
-    in-stage guard at `cascade.forgetting_tolerance` (before `cascade.set`).
+    in-stage guard at `cascade.forgetting_tolerance`, and with `cascade.seed`
+    every stage of the chain its `train.seed` (both before `cascade.set`).
     """
     out = overrides_lib.parse_per_stage(spec.defaults, "config.cascade.defaults")
+    if spec.seed >= 0:
+        for stage in spec.chain:
+            out.setdefault(stage, {})["train.seed"] = spec.seed
     if spec.stop_on_forgetting:
         for stage in (s.name for s in stage_registry.STAGES.values() if s.on_policy):
             out.setdefault(stage, {}).update(

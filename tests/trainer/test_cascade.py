@@ -120,3 +120,21 @@ def test_cascade_set_applies_on_top_of_the_size_defaults():
         "rm": {"data.num_examples": 800},
         "sft": {"optim.lr": 1e-3},
     }
+
+
+def test_cascade_seed_reaches_every_stage_and_a_top_level_seed_is_refused():
+    cd = cascade_config.get_config("tiny")
+    cd.cascade.seed = 2
+    spec = config_lib.from_config_dict(cd).cascade
+    spec = dataclasses.replace(spec, set="sft.train.seed=5")
+    out = cascade.merged_overrides(spec)
+    assert {s: f["train.seed"] for s, f in out.items()} == {
+        **{s: 2 for s in spec.chain},
+        "sft": 5,  # cascade.set comes last
+    }
+    stage = cascade.stage_config("rlhf", "tiny", out["rlhf"], "", "/tmp/unused")
+    assert stage.train.seed == 2
+    cd = cascade_config.get_config("tiny")
+    cd.train.seed = 1
+    with pytest.raises(config_lib.ConfigError, match="config.cascade.seed"):
+        config_lib.from_config_dict(cd)
