@@ -6,10 +6,10 @@
 (the RM is read from `/tmp/nc/rm`, written by `configs/rm.py`; set
 `--config.rl.rm_from=DIR/rm` to use another one). `:tiny` on 2 CPU cores:
 about 2 minutes (20 steps of 8 prompts × 8 rollouts); the RM score of the
-rollouts rises and the held-out chat gold rubric score (never a training
-signal) follows in both modes: `eval/chat/{thinking,instruct}/gold` 0.19 →
-~0.95 from the tiny SFT, whose greedy chat answers mostly run to the length
-cap (truncated 0.9 → 0: the RM scores unfinished thinking on its whole text).
+rollouts rises, and whether the held-out chat gold rubric score (never a
+training signal) follows depends on how well the RM, trained on the SFT
+model's own pairs, agrees with the rubric: `docs/results.md` has a run where
+both modes rose and one where they fell.
 
 Paper (C1 §4.3, Table 15): the RM scores the answer after `</think>` only; an
 unfinished think block is scored on its whole text (an implicit length

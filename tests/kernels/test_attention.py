@@ -205,7 +205,7 @@ def _model_batch(cfg, b, t, seed=1):
     }
 
 
-@pytest.mark.parametrize("impl", ["chunked_xla", "splash", "pallas_gpu"])
+@pytest.mark.parametrize("impl", ["blocked_xla", "chunked_xla", "splash", "pallas_gpu"])
 def test_model_forward_fsdp_tp_on_8_devices_equals_single_device_reference(impl):
     cfg = dataclasses.replace(helpers.TOY_MODEL, max_seq_len=128)
     params = helpers.random_params(cfg)
