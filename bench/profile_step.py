@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import glob
 import gzip
 import json
@@ -29,13 +28,9 @@ import re
 import time
 
 import jax
-import numpy as np
+import train_throughput
 
-from nemocascade import config as config_lib
 from nemocascade.model import presets
-from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
-from nemocascade.trainer import optimizer, state as state_lib, step as step_lib
-from nemocascade.trainer.stages import sft
 
 _SKIP = ("ThunkExecutor", "Await", "PjitFunction")
 
@@ -80,7 +75,7 @@ def _breakdown(trace_dir: str, hlo_text: str, steps: int) -> dict[str, float]:
     return dict(sorted(ms.items(), key=lambda kv: -kv[1]))
 
 
-def main():
+def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="tiny")
     p.add_argument("--batch", type=int, default=16)
@@ -89,33 +84,12 @@ def main():
     p.add_argument("--model_fields", default="{}", help="JSON preset overrides (d_model, ...)")
     p.add_argument("--steps", type=int, default=3, help="steps recorded in the trace")
     p.add_argument("--trace_dir", default="/tmp/nemocascade_profile")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     fields = json.loads(args.model_fields)
     model = presets.get_preset(args.preset, attention_impl=args.attention_impl, **fields)
-    cfg = config_lib.Config(stage="sft", model=model)
-    cfg = dataclasses.replace(
-        cfg, train=dataclasses.replace(cfg.train, batch_size=args.batch, seq_len=args.seq_len)
-    )
-    mesh = mesh_lib.make_mesh((1, -1, 1))
-    rules = rules_lib.get_rules("fsdp")
-    tx = optimizer.make(cfg.optim, 1000)
-    _, shardings = state_lib.abstract_state(model, tx, mesh, rules)
-    state = state_lib.create(model, tx, mesh, rules, jax.random.key(0))
-    step = step_lib.make_train_step(
-        sft.make_loss_fn(cfg), tx, num_microbatches=1, mesh=mesh, rules=rules,
-        state_shardings=shardings,
-    )  # fmt: skip
-    rng = np.random.default_rng(0)
     b, t = args.batch, args.seq_len
-    host = {
-        "inputs": rng.integers(1, model.vocab_size, (b, t)),
-        "targets": rng.integers(1, model.vocab_size, (b, t)),
-        "loss_mask": np.ones((b, t)),
-        "positions": np.tile(np.arange(t), (b, 1)),
-        "segment_ids": np.ones((b, t)),
-    }
-    batch = rules_lib.put_batch({k: v.astype(np.int32) for k, v in host.items()}, mesh, rules)
+    step, state, batch, mesh = train_throughput.sft_step(model, b, t)
     key = jax.random.key(1)
     with jax.set_mesh(mesh):
         compiled = step.jitted.lower(state, batch, key).compile()
@@ -152,22 +126,20 @@ def main():
         f"{model_flops / 1e9:.1f} GFLOP ({model_flops / wall / 1e9:.1f} GFLOP/s)"
     )
     print(f"trace: {args.trace_dir}")
-    print(
-        json.dumps(
-            {
-                "preset": args.preset,
-                "model_fields": fields,
-                "tokens": b * t,
-                "attention_impl": args.attention_impl or "default",
-                "step_ms": round(wall * 1e3, 1),
-                "tokens_per_s": round(b * t / wall),
-                "thread_ms": round(total, 1),
-                "parts_ms": {k: round(v, 1) for k, v in parts.items()},
-                "xla_gflop": round(cost.get("flops", 0) / 1e9, 2),
-                "model_gflop": round(model_flops / 1e9, 2),
-            }
-        )
-    )
+    result = {
+        "preset": args.preset,
+        "model_fields": fields,
+        "tokens": b * t,
+        "attention_impl": args.attention_impl or "default",
+        "step_ms": round(wall * 1e3, 1),
+        "tokens_per_s": round(b * t / wall),
+        "thread_ms": round(total, 1),
+        "parts_ms": {k: round(v, 1) for k, v in parts.items()},
+        "xla_gflop": round(cost.get("flops", 0) / 1e9, 2),
+        "model_gflop": round(model_flops / 1e9, 2),
+    }
+    print(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":

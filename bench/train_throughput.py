@@ -45,12 +45,8 @@ def peak_matmul_flops(n: int = 2048, repeats: int = 5) -> float:
     return 2 * n**3 / _time(lambda: mm(a, b), repeats)
 
 
-def train_step_flops(
-    preset: str, batch: int, seq_len: int, impl: str, repeats: int, scan_layers: bool | None = None
-):
-    model = presets.get_preset(preset)
-    if scan_layers is not None:
-        model = dataclasses.replace(model, scan_layers=scan_layers)
+def sft_step(model: presets.ModelConfig, batch: int, seq_len: int, impl: str = ""):
+    """(jitted SFT train step, its state, a random device batch, the mesh) for `model`."""
     cfg = config_lib.Config(stage="sft", model=model)
     cfg = dataclasses.replace(
         cfg,
@@ -78,6 +74,16 @@ def train_step_flops(
         "segment_ids": np.ones((batch, seq_len)),
     }
     b = rules_lib.put_batch({k: v.astype(np.int32) for k, v in host.items()}, mesh, rules)
+    return step, state, b, mesh
+
+
+def train_step_flops(
+    preset: str, batch: int, seq_len: int, impl: str, repeats: int, scan_layers: bool | None = None
+):
+    model = presets.get_preset(preset)
+    if scan_layers is not None:
+        model = dataclasses.replace(model, scan_layers=scan_layers)
+    step, state, b, _ = sft_step(model, batch, seq_len, impl)
     key = jax.random.key(1)
     holder = {"state": state}
 
