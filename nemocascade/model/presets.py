@@ -117,8 +117,8 @@ PRESETS: dict[str, ModelConfig] = {
         d_ff=512,
         qk_norm=True,
         max_seq_len=512,
-        # Four layers unrolled: XLA on CPU runs the train step 1.17x as fast
-        # as the scanned block (bench/train_throughput.py --preset=tiny).
+        # Four layers unrolled: XLA on CPU runs the train step faster than
+        # the scanned block (bench/train_throughput.py --preset=tiny).
         scan_layers=False,
     ),
     "small": ModelConfig(
@@ -131,8 +131,8 @@ PRESETS: dict[str, ModelConfig] = {
         d_ff=1536,
         qk_norm=True,
         max_seq_len=1024,
-        # Unrolled, like `tiny`: XLA on CPU runs this preset's SFT step 1.2x as
-        # fast as the scanned block (bench/train_throughput.py, docs/benchmarks.md).
+        # Unrolled, like `tiny`: XLA on CPU runs this preset's SFT step faster
+        # than the scanned block (bench/train_throughput.py, docs/benchmarks.md).
         scan_layers=False,
     ),
     "qwen3_0_6b": ModelConfig(

@@ -12,8 +12,8 @@ The same arithmetic as autodiff of the forward; written out so XLA sees the
 gate's derivative as one elementwise expression feeding plain matmuls. On
 XLA:CPU autodiff's version fuses that expression with a transposed copy for
 the weight gradients, and the fused copy runs at a fraction of memory
-bandwidth; the written-out backward takes about half the time
-(docs/benchmarks.md). The elementwise backward runs in float32 and is cast
+bandwidth; the written-out backward avoids it (docs/benchmarks.md, "Step
+efficiency"). The elementwise backward runs in float32 and is cast
 back to the activation dtype.
 """
 

@@ -6,9 +6,9 @@ Two changes to the reference's arithmetic, both exact in real arithmetic:
   are the queries' own tokens and slot = row index), query block
   `[i0, i1)` can only see keys `[0, i1)`, so it is computed against that
   prefix alone. With blocks of `block_q` rows the score tiles hold
-  `(nb + 1) / (2 nb)` of the `T²` entries the reference forms (5/8 at four
-  blocks), and every masked entry the blocks skip would have had weight
-  exactly 0. The blocks are a static Python loop: each has its own shape.
+  `(nb + 1) / (2 nb)` of the `T²` entries the reference forms (`nb` blocks),
+  and every masked entry the blocks skip would have had weight exactly 0.
+  The blocks are a static Python loop: each has its own shape.
 * **A backward that keeps only what it needs.** The VJP saves the
   probabilities `P` and the output `O` and uses FlashAttention's identity
   `dS = P ∘ (dP − rowsum(dO ∘ O))`, so the backward makes one elementwise
@@ -16,9 +16,9 @@ Two changes to the reference's arithmetic, both exact in real arithmetic:
   transposes. Heads are laid out first (`[B, N, T, H]`, kv heads repeated to
   `N`) so every product is a plain batched matmul.
 
-On the 2-core CPU the forward plus backward takes about 0.4× the reference's
-time at T = 320 (docs/benchmarks.md has the figures and the command). Memory
-is the reference's order (`O(T²)` probabilities are kept for the backward);
+On XLA:CPU this is faster than the reference at the tiny models' lengths
+(docs/benchmarks.md has the figures and the command). Memory is the
+reference's order (`O(T²)` probabilities are kept for the backward);
 long sequences use `chunked_xla` or the Pallas kernels instead.
 
 A query that sees no key (a padding query) gets uniform weights over the keys
