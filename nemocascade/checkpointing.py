@@ -167,6 +167,10 @@ class Manager:
     def latest_step(self) -> int | None:
         return self._mngr.latest_step()
 
+    def reached_preemption(self, step: int) -> bool:
+        """orbax's cluster preemption flag at `step` (the same answer on every host)."""
+        return self._mngr.reached_preemption(step)
+
     def save(self, step: int, state: Any, data_state: dict | None = None, *, force=False):
         check_space(self.directory, state)
         args = {"state": ocp.args.StandardSave(state)}

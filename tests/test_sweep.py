@@ -180,7 +180,10 @@ def test_quoted_values_may_hold_separators():
 def test_two_by_two_sweep_end_to_end(tmp_path):
     """Four real toy runs; the axes leave compiled shapes alone, so runs 2-4 hit the cache."""
     sw = tmp_path / "sw"
-    args = ("--sweep=train.seed=0,1;rl.num_prompts=8,16", f"--overrides={TOY}", f"--workdir={sw}")
+    # The 8-token toy rollouts are all truncated: with math RL's overlong
+    # filter no row would reach the loss, so it is off here.
+    toy = TOY + ";rl.overlong=none"
+    args = ("--sweep=train.seed=0,1;rl.num_prompts=8,16", f"--overrides={toy}", f"--workdir={sw}")
     p = _cli(*args)
     assert p.returncode == 0, p.stderr[-3000:]
     names = ["seed-0__num_prompts-8", "seed-0__num_prompts-16"]
@@ -192,7 +195,8 @@ def test_two_by_two_sweep_end_to_end(tmp_path):
     for r in result["runs"]:
         m = r["metrics"]
         assert m["step"] == 2
-        assert 0.0 <= m["reward_mean"] <= 1.0 and m["entropy"] > 0
+        assert 0.0 <= m["reward_mean"] <= 1.0
+        assert m["entropy"] > 0  # over trained tokens (overlong filtering off, above)
         assert 0.0 <= m["eval/math/thinking/pass@1"] <= 1.0
         assert 0.0 <= m["matrix/math/thinking"] <= 1.0
         assert (sw / r["name"] / "stage2_medium" / "DONE").exists()

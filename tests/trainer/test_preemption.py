@@ -102,3 +102,17 @@ def test_watcher_notes_sigterm_and_restores_the_handler():
     assert watcher.requested(1, None)
     watcher.close()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_requested_asks_the_project_manager_for_a_cluster_preemption(tmp_path, monkeypatch):
+    """Multi-process runs poll orbax's flag through `checkpointing.Manager` (no SIGTERM)."""
+    manager = checkpointing.Manager(str(tmp_path / "ckpt"), async_save=False)
+    assert manager.reached_preemption(3) is False  # no preemption signalled
+    watch = preemption.Watcher()
+    try:
+        monkeypatch.setattr(jax, "process_count", lambda: 2)
+        assert watch.requested(3, manager) is False
+        monkeypatch.setattr(manager._mngr, "reached_preemption", lambda step: step == 3)
+        assert watch.requested(3, manager) is True
+    finally:
+        watch.close()
