@@ -47,23 +47,33 @@ def drops(
     }
 
 
+def drops_from_best(
+    rows: Mapping[str, Mapping[str, float]], tolerance: float
+) -> list[tuple[str, str, float, str, float]]:
+    """(stage, cell, best earlier value, its stage, value now) for every cell of
+    `rows` (stage → cell values, in chain order) more than `tolerance` below its
+    best value at an earlier stage."""
+    out = []
+    best: dict[str, tuple[float, str]] = {}  # cell -> (best value so far, its stage)
+    for s, now in rows.items():
+        for k, (was, is_) in drops({k: v for k, (v, _) in best.items()}, now, tolerance).items():
+            out.append((s, k, was, best[k][1], is_))
+        for k, v in now.items():
+            if k not in best or v > best[k][0]:
+                best[k] = (v, s)
+    return out
+
+
 def forgetting(workdir: str, stages: Sequence[str], tolerance: float) -> list[str]:
     """Cells that fell more than `tolerance` below their best earlier value."""
     table = collect(workdir, stages)
     keys = [headline_key(d, m) for d in DOMAINS for m in MODES] + benchmark_keys(table)
-    flags = []
-    best: dict[str, tuple[float, str]] = {}  # cell -> (best value so far, its stage)
-    for s in (s for s in stages if s in table):
-        now = {k: table[s][k] for k in keys if k in table[s]}
-        for k, (was, is_) in drops({k: v for k, (v, _) in best.items()}, now, tolerance).items():
-            flags.append(
-                f"{k} dropped from {was:.3f} (after {best[k][1]}) to {is_:.3f} "
-                f"after {s} (tolerance {tolerance:.3f})"
-            )
-        for k, v in now.items():
-            if k not in best or v > best[k][0]:
-                best[k] = (v, s)
-    return flags
+    rows = {s: {k: table[s][k] for k in keys if k in table[s]} for s in stages if s in table}
+    return [
+        f"{k} dropped from {was:.3f} (after {best_stage}) to {is_:.3f} "
+        f"after {s} (tolerance {tolerance:.3f})"
+        for s, k, was, best_stage, is_ in drops_from_best(rows, tolerance)
+    ]
 
 
 def benchmark_keys(table: dict[str, dict[str, float]]) -> list[str]:

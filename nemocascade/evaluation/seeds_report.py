@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from collections.abc import Mapping, Sequence
 
 from nemocascade import stage_registry
@@ -32,9 +33,7 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float, int]:
     n = len(values)
     if n == 0:
         return math.nan, math.nan, 0
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
-    return mean, sd, n
+    return statistics.fmean(values), statistics.stdev(values) if n > 1 else math.nan, n
 
 
 def _stage_config(workdirs: Sequence[str], stage: str) -> dict | None:
@@ -87,19 +86,12 @@ def aggregate(
 
 def forgetting(agg: Mapping[str, dict], tolerance: float) -> list[str]:
     """The forgetting rule on the mean table: cells below their best earlier mean."""
-    flags, best = [], {}  # cell -> (best mean so far, its stage)
-    for s, row in agg.items():
-        now = {k: c["mean"] for k, c in row["cells"].items()}
-        ref = {k: v for k, (v, _) in best.items()}
-        for k, (was, is_) in report.drops(ref, now, tolerance).items():
-            flags.append(
-                f"{k}: mean {100 * is_:.1f} after {s}, {100 * (was - is_):.1f} points below "
-                f"its best earlier mean {100 * was:.1f} (after {best[k][1]})"
-            )
-        for k, v in now.items():
-            if k not in best or v > best[k][0]:
-                best[k] = (v, s)
-    return flags
+    means = {s: {k: c["mean"] for k, c in row["cells"].items()} for s, row in agg.items()}
+    return [
+        f"{k}: mean {100 * is_:.1f} after {s}, {100 * (was - is_):.1f} points below "
+        f"its best earlier mean {100 * was:.1f} (after {best_stage})"
+        for s, k, was, best_stage, is_ in report.drops_from_best(means, tolerance)
+    ]
 
 
 def _pm(c: Mapping[str, float] | None, signed: bool = False) -> str:
