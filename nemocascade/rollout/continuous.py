@@ -28,8 +28,22 @@ Shared prefill. Requests admitted together whose prompts are identical (the
 `group_size` rollouts of one RL prompt) are prefilled once; the prompt's KV
 rows are copied into each of their slots (`share_prefill`).
 
+Serving hooks (both optional; without them the host loop does nothing more).
+`more(room)` is polled between chunks while slots are free: it returns
+further `Request`s, which join the running call (indices after the ones
+given so far) and are admitted into free slots like the initial ones; they
+must fit the call's prompt bucket P (`prompt_bucket` may ask for a larger P
+than the initial prompts need, so that longer ones can join) and its
+`max_new_tokens`, and they share its sampling method and RNG (row keys stay
+(request index, completion index): a joined greedy row gets the tokens it
+would get alone). `on_tokens(indices, tokens, lengths)` reports after each
+chunk the tokens decoded so far of the live rows that `token_rows` selects
+(only those rows are read back); rows that finished in the chunk go to
+`on_finish` instead.
+
 Compiles: the prefill is keyed by a power-of-two count of unique prompts, the
-harvest by a power-of-two count of finished rows; the decode chunk once.
+harvest (and the token read-back) by a power-of-two count of rows; the decode
+chunk once.
 """
 
 from __future__ import annotations
@@ -219,9 +233,16 @@ def _harvest(slots: _Slots, idx_h):
     return out, slots.replace(live_s=slots.live_s.at[idx_h].set(False, mode="drop"))
 
 
+def _peek(slots: _Slots, idx_h):
+    """Tokens so far and their count of slots `idx_h` (S = none), without releasing them."""
+    tokens = slots.tokens_sm.at[idx_h].get(mode="fill", fill_value=0)
+    return tokens, slots.step_s.at[idx_h].get(mode="fill", fill_value=0)
+
+
 _admit_jit = jax.jit(_admit, static_argnames=("static",), donate_argnames=("slots",))
 _chunk_jit = jax.jit(_chunk, static_argnames=("static",), donate_argnames=("slots",))
 _harvest_jit = jax.jit(_harvest, donate_argnames=("slots",))
+_peek_jit = jax.jit(_peek)
 
 
 def _empty_slots(cfg: presets.ModelConfig, s: int, p: int, m: int, pad_id: int, mesh, rules):
@@ -253,6 +274,70 @@ def _padded(values: Sequence[int], size: int, fill: int) -> np.ndarray:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """A request that joins a running `generate` call (`more`): prompt ids and budgets."""
+
+    prompt: Sequence[int]
+    thinking_budget: int | None = None
+    answer_budget: int | None = None
+
+
+class _Table:
+    """Host arrays of a call's requests (prompts, budgets, outputs), growing as requests join."""
+
+    def __init__(self, prompts, lengths, budget, answer, p: int, m: int, pad_id: int):
+        self.p, self.m, self.pad_id = p, m, pad_id
+        self.lengths, self.budget, self.answer = lengths, budget, answer
+        self.prompt_np = self._left_padded(prompts)
+        self.out = {
+            "completion_tokens": np.full((0, m), pad_id, np.int32),
+            "logprobs": np.zeros((0, m), np.float32),
+            "forced_mask": np.zeros((0, m), np.int32),
+            "completion_mask": np.zeros((0, m), np.int32),
+            "stopped": np.zeros((0,), bool),
+        }
+        self._grow(len(prompts))
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def _left_padded(self, prompts) -> np.ndarray:
+        prompt_np = np.full((len(prompts), self.p), self.pad_id, np.int32)
+        for i, q in enumerate(prompts):
+            prompt_np[i, self.p - len(q) :] = q
+        return prompt_np
+
+    def _grow(self, k: int) -> None:
+        for key, buf in self.out.items():
+            fill = self.pad_id if key == "completion_tokens" else 0
+            self.out[key] = np.concatenate([buf, np.full((k,) + buf.shape[1:], fill, buf.dtype)])
+
+    def join(self, requests: Sequence[Request], max_seq_len: int, budgets_allowed: bool) -> range:
+        """Appends `requests` (checked against the call's P and M); their indices."""
+        n, k = len(self), len(requests)
+        prompts = [list(r.prompt) for r in requests]
+        for q in prompts:
+            if not q or len(q) > self.p or len(q) + self.m > max_seq_len:
+                raise ValueError(
+                    f"a joining prompt of {len(q)} tokens does not fit the call's prompt bucket "
+                    f"{self.p} and max_new_tokens {self.m} (model.max_seq_len={max_seq_len})"
+                )
+        budget = decoding._per_row([r.thinking_budget for r in requests], k, "thinking_budget")
+        answer = decoding._per_row([r.answer_budget for r in requests], k, "answer_budget")
+        if not budgets_allowed and (budget < decoding.NO_BUDGET).any():
+            raise ValueError("a joining thinking_budget needs think_close_ids and think_end_id")
+        self.prompt_np = np.concatenate([self.prompt_np, self._left_padded(prompts)])
+        self.lengths = np.concatenate([self.lengths, [len(q) for q in prompts]]).astype(np.int32)
+        self.budget = np.concatenate([self.budget, budget]).astype(np.int32)
+        self.answer = np.concatenate([self.answer, answer]).astype(np.int32)
+        self._grow(k)
+        return range(n, n + k)
+
+    def rollout(self, idx) -> decoding.Rollout:
+        return _rollout(self.out, self.prompt_np, self.lengths, idx)
+
+
 def generate(
     params: Any,
     model_cfg: presets.ModelConfig,
@@ -274,6 +359,10 @@ def generate(
     share_prefill: bool = True,
     on_finish: Callable[[np.ndarray, decoding.Rollout], None] | None = None,
     stats: dict | None = None,
+    more: Callable[[int], Sequence[Request]] | None = None,
+    prompt_bucket: int = 0,
+    on_tokens: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+    token_rows: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> decoding.Rollout:
     """`decoding.generate`'s rollout, decoded with `num_slots` continuously refilled slots.
 
@@ -281,6 +370,15 @@ def generate(
     request indices and their rows as a `Rollout`), while the rest decode.
     `stats`, when given, receives the engine's counters and seconds
     (`prefill_s` waits for each prefill to finish, adding a sync).
+
+    Serving hooks (module docstring): `more(room)` returns requests that join
+    the call (at most about `room` are admitted at once; more wait in the
+    call's queue); with it the call keeps `num_slots` slots (not fewer for
+    fewer prompts) and the rollout also holds the joined requests, after the
+    given ones. `prompt_bucket` is a lower bound on the prompt bucket P.
+    `on_tokens(indices, tokens [k, M], lengths [k])` gets the tokens so far of
+    the live rows, after every chunk; `token_rows(indices)` picks the request
+    indices to read back (default: all live rows).
     """
     if num_slots <= 0 or chunk_steps <= 0:
         raise ValueError(f"num_slots and chunk_steps must be > 0, got {num_slots}, {chunk_steps}")
@@ -298,15 +396,19 @@ def generate(
         answer_budget=answer_budget,
         pad_id=pad_id,
     )
-    m, p = int(max_new_tokens), decoding.prompt_bucket(int(lengths.max()))
+    budgets_allowed = bool(think_close_ids) and think_end_id is not None
+    if more is not None and budgets_allowed:
+        # A joining row may bring a thinking budget: forcing is armed for the
+        # whole call (rows without a budget are never forced either way).
+        ids = {**ids, "num_close": np.int32(len(think_close_ids)), "end": np.int32(think_end_id)}
+    m = int(max_new_tokens)
+    p = decoding.prompt_bucket(max(int(lengths.max()), int(prompt_bucket)))
     dp = 1
     if mesh is not None:
         rules = rules or rules_lib.get_rules("decode")
         dp = hosts.local_batch_shards(mesh, rules)
-    s = hosts.pow2_bucket(min(num_slots, n), dp)
-    prompt_np = np.full((n, p), pad_id, np.int32)
-    for i, q in enumerate(prompts):
-        prompt_np[i, p - len(q) :] = q
+    s = hosts.pow2_bucket(num_slots if more is not None else min(num_slots, n), dp)
+    table = _Table(prompts, lengths, budget, answer, p, m, int(pad_id))
     static = _Static(
         model_cfg=model_cfg,
         method=method,
@@ -316,13 +418,6 @@ def generate(
         chunk_steps=int(chunk_steps),
         rules=rules if mesh is not None else None,
     )
-    out = {
-        "completion_tokens": np.full((n, m), pad_id, np.int32),
-        "logprobs": np.zeros((n, m), np.float32),
-        "forced_mask": np.zeros((n, m), np.int32),
-        "completion_mask": np.zeros((n, m), np.int32),
-        "stopped": np.zeros((n,), bool),
-    }
     counters = collections.Counter()
     scope = jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
     with scope:
@@ -331,10 +426,20 @@ def generate(
         pending = collections.deque(range(n))
         start = time.perf_counter()
 
+        def join() -> None:
+            room = int((occupant < 0).sum()) - len(pending)
+            if more is None or room <= 0:
+                return
+            new = more(room)
+            if new:
+                pending.extend(table.join(new, model_cfg.max_seq_len, budgets_allowed))
+                counters["joined"] += len(new)
+
         def admit(slots):
             free = np.flatnonzero(occupant < 0)[: len(pending)]
             if not len(free):
                 return slots
+            prompt_np, lengths = table.prompt_np, table.lengths
             reqs = [pending.popleft() for _ in free]
             keys = [prompt_np[r].tobytes() if share_prefill else r for r in reqs]
             unique = list(dict.fromkeys(keys))
@@ -355,8 +460,8 @@ def generate(
                 _padded(src, s, 0),
                 _padded(free, s, s),
                 _padded(reqs, s, 0),
-                _padded(budget[reqs], s, 0),
-                _padded(answer[reqs], s, 0),
+                _padded(table.budget[reqs], s, 0),
+                _padded(table.answer[reqs], s, 0),
                 static=static,
             )
             if stats is not None:
@@ -367,26 +472,40 @@ def generate(
             counters["admitted"] += len(reqs)
             return slots
 
+        def report_tokens(slots, done) -> None:
+            live = np.setdiff1d(np.flatnonzero(occupant >= 0), done)
+            if token_rows is not None and len(live):
+                live = live[np.isin(occupant[live], token_rows(occupant[live]))]
+            if not len(live):
+                return
+            h = min(hosts.pow2_bucket(len(live)), s)
+            tokens, steps = jax.device_get(_peek_jit(slots, _padded(live, h, s)))
+            on_tokens(occupant[live], tokens[: len(live)], steps[: len(live)])
+
+        join()
         slots = admit(slots)
         while (occupant >= 0).any():
             slots, finished = _chunk_jit(params, slots, ids, rng, static=static)
             counters["chunks"] += 1
             done = np.flatnonzero(np.asarray(jax.device_get(finished)))
+            if on_tokens is not None:
+                report_tokens(slots, done)
             if len(done):
                 h = min(hosts.pow2_bucket(len(done)), s)
                 rows, slots = _harvest_jit(slots, _padded(done, h, s))
                 rows = jax.device_get(rows)
                 reqs = occupant[done]
                 for k, v in rows.items():
-                    out[k][reqs] = v[: len(done)]
+                    table.out[k][reqs] = v[: len(done)]
                 occupant[done] = -1
                 if on_finish is not None:
-                    on_finish(reqs, _rollout(out, prompt_np, lengths, reqs))
+                    on_finish(reqs, table.rollout(reqs))
+            join()
             slots = admit(slots)
         counters["total_s"] += time.perf_counter() - start
     if stats is not None:
         stats.update(counters, slots=s, prompt_bucket=p)
-    return _rollout(out, prompt_np, lengths, np.arange(n))
+    return table.rollout(np.arange(len(table)))
 
 
 def _rollout(out: dict, prompt_np: np.ndarray, lengths: np.ndarray, idx) -> decoding.Rollout:
