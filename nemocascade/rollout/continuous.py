@@ -281,14 +281,16 @@ class Request:
     prompt: Sequence[int]
     thinking_budget: int | None = None
     answer_budget: int | None = None
+    max_tokens: int | None = None  # None: the call's max_new_tokens
 
 
 class _Table:
     """Host arrays of a call's requests (prompts, budgets, outputs), growing as requests join."""
 
-    def __init__(self, prompts, lengths, budget, answer, p: int, m: int, pad_id: int):
+    def __init__(self, prompts, lengths, budget, answer, limit, p: int, m: int, pad_id: int):
         self.p, self.m, self.pad_id = p, m, pad_id
         self.lengths, self.budget, self.answer = lengths, budget, answer
+        self.limit = _limits(limit, len(prompts), m)
         self.prompt_np = self._left_padded(prompts)
         self.out = {
             "completion_tokens": np.full((0, m), pad_id, np.int32),
@@ -331,8 +333,17 @@ class _Table:
         self.lengths = np.concatenate([self.lengths, [len(q) for q in prompts]]).astype(np.int32)
         self.budget = np.concatenate([self.budget, budget]).astype(np.int32)
         self.answer = np.concatenate([self.answer, answer]).astype(np.int32)
+        limit = _limits([r.max_tokens for r in requests], k, self.m)
+        self.limit = np.concatenate([self.limit, limit]).astype(np.int32)
         self._grow(k)
         return range(n, n + k)
+
+    def cut(self, reqs) -> None:
+        """Clears the outputs of rows `reqs` past their `max_tokens` (rows cut early)."""
+        for r in reqs:
+            n = self.limit[r]
+            for key in ("completion_tokens", "logprobs", "forced_mask", "completion_mask"):
+                self.out[key][r, n:] = self.pad_id if key == "completion_tokens" else 0
 
     def rollout(self, idx) -> decoding.Rollout:
         return _rollout(self.out, self.prompt_np, self.lengths, idx)
@@ -363,6 +374,7 @@ def generate(
     prompt_bucket: int = 0,
     on_tokens: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
     token_rows: Callable[[np.ndarray], np.ndarray] | None = None,
+    max_tokens: Sequence[int | None] | None = None,
 ) -> decoding.Rollout:
     """`decoding.generate`'s rollout, decoded with `num_slots` continuously refilled slots.
 
@@ -378,7 +390,10 @@ def generate(
     given ones. `prompt_bucket` is a lower bound on the prompt bucket P.
     `on_tokens(indices, tokens [k, M], lengths [k])` gets the tokens so far of
     the live rows, after every chunk; `token_rows(indices)` picks the request
-    indices to read back (default: all live rows).
+    indices to read back (default: all live rows). `max_tokens` (per request,
+    None = `max_new_tokens`) releases a row's slot once it has that many
+    tokens; the row then reads as truncated there, as if decoded alone with
+    that `max_new_tokens`.
     """
     if num_slots <= 0 or chunk_steps <= 0:
         raise ValueError(f"num_slots and chunk_steps must be > 0, got {num_slots}, {chunk_steps}")
@@ -408,7 +423,7 @@ def generate(
         rules = rules or rules_lib.get_rules("decode")
         dp = hosts.local_batch_shards(mesh, rules)
     s = hosts.pow2_bucket(num_slots if more is not None else min(num_slots, n), dp)
-    table = _Table(prompts, lengths, budget, answer, p, m, int(pad_id))
+    table = _Table(prompts, lengths, budget, answer, max_tokens, p, m, int(pad_id))
     static = _Static(
         model_cfg=model_cfg,
         method=method,
@@ -423,6 +438,7 @@ def generate(
     with scope:
         slots = _empty_slots(model_cfg, s, p, m, pad_id, mesh, rules)
         occupant = np.full((s,), -1, np.int64)  # request index per slot, -1 = free
+        steps = np.zeros((s,), np.int64)  # tokens of the slot's row (exact while it decodes)
         pending = collections.deque(range(n))
         start = time.perf_counter()
 
@@ -468,6 +484,7 @@ def generate(
                 jax.block_until_ready(slots.step_s)
                 counters["prefill_s"] += time.perf_counter() - t0
             occupant[free] = reqs
+            steps[free] = 0
             counters["prefill_prompts"] += len(unique)
             counters["admitted"] += len(reqs)
             return slots
@@ -488,8 +505,14 @@ def generate(
             slots, finished = _chunk_jit(params, slots, ids, rng, static=static)
             counters["chunks"] += 1
             done = np.flatnonzero(np.asarray(jax.device_get(finished)))
+            # A row still decoding ran every step of the chunk (it stops early only
+            # once no row is active): its token count is known without a read.
+            steps[occupant >= 0] += chunk_steps
+            cut = np.flatnonzero((occupant >= 0) & (steps >= table.limit[occupant]))
+            cut = np.setdiff1d(cut, done)
             if on_tokens is not None:
-                report_tokens(slots, done)
+                report_tokens(slots, np.union1d(done, cut))
+            done = np.union1d(done, cut).astype(np.int64)
             if len(done):
                 h = min(hosts.pow2_bucket(len(done)), s)
                 rows, slots = _harvest_jit(slots, _padded(done, h, s))
@@ -497,6 +520,8 @@ def generate(
                 reqs = occupant[done]
                 for k, v in rows.items():
                     table.out[k][reqs] = v[: len(done)]
+                table.cut(occupant[cut])
+                counters["cut"] += len(cut)
                 occupant[done] = -1
                 if on_finish is not None:
                     on_finish(reqs, table.rollout(reqs))
@@ -506,6 +531,14 @@ def generate(
     if stats is not None:
         stats.update(counters, slots=s, prompt_bucket=p)
     return table.rollout(np.arange(len(table)))
+
+
+def _limits(values, n: int, m: int) -> np.ndarray:
+    """Per-request `max_tokens` (None -> m), checked to lie in [1, m]."""
+    values = [m] * n if values is None else [m if v is None else int(v) for v in values]
+    if len(values) != n or any(not 0 < v <= m for v in values):
+        raise ValueError(f"max_tokens needs {n} values in [1, max_new_tokens={m}], got {values}")
+    return np.asarray(values, np.int32)
 
 
 def _rollout(out: dict, prompt_np: np.ndarray, lengths: np.ndarray, idx) -> decoding.Rollout:

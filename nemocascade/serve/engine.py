@@ -39,6 +39,7 @@ rows finish, not step by step: the sampler reports finished rows only.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import logging
@@ -55,6 +56,7 @@ from nemocascade.sharding import hosts
 
 MIN_TOKENS_BUCKET = 16
 WAIT_CAP = 10  # a batch collects for at most this many `batch_wait_s` gaps
+RECENT_PROMPTS = 256  # a call's prompt bucket fits the longest of these (joiners fit it)
 
 
 class QueueFull(RuntimeError):
@@ -90,9 +92,13 @@ class Output:
     truncated: bool
 
 
-# (prompts, modes, method, max_new_tokens, rng, on_finish) -> None; calls
-# on_finish(row indices, their rows as a decoding.Rollout) as rows finish,
-# every row exactly once.
+# (prompts, modes, method, max_new_tokens, rng, on_finish, **hooks) -> None;
+# calls on_finish(row indices, their rows as a decoding.Rollout) as rows
+# finish, every row exactly once. Hooks a sampler may use or ignore (the
+# static one ignores them): num_slots, prompt_bucket, max_tokens (per row),
+# more(room) -> [(prompt, mode, max_tokens)] rows joining the call (their
+# indices follow), on_tokens(indices, tokens, lengths) and token_rows(indices)
+# (`continuous.generate`'s).
 SampleFn = Callable[..., None]
 ENGINES = groups.ENGINES
 
@@ -110,14 +116,15 @@ def sampler_fn(
 ) -> SampleFn:
     """The sampler call of a loaded model (`generate.load`).
 
-    `engine="continuous"`: `continuous.generate` with `num_slots` slots,
-    reporting rows as they finish; `"static"`: `decoding.generate`, reporting
+    `engine="continuous"`: `continuous.generate` with `num_slots` slots (or
+    the call's `num_slots` hook), reporting rows as they finish, tokens per
+    chunk and taking joining rows; `"static"`: `decoding.generate`, reporting
     every row when the call returns. Same tokens for the same key.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
 
-    def sample(prompts, modes, method, max_new_tokens, rng, on_finish) -> None:
+    def sample(prompts, modes, method, max_new_tokens, rng, on_finish, **hooks) -> None:
         kwargs = dict(
             method=method,
             max_new_tokens=max_new_tokens,
@@ -128,13 +135,28 @@ def sampler_fn(
             **modes_lib.sampler_kwargs(modes),
         )
         if engine == "continuous":
+            more = hooks.get("more")
+            if more is not None:
+                rows = more  # [(prompt, mode)] -> continuous.Request
+
+                def more(room):
+                    return [
+                        continuous.Request(q, m.thinking_budget, m.answer_budget, limit)
+                        for q, m, limit in rows(room)
+                    ]
+
             continuous.generate(
                 params,
                 model_cfg,
                 prompts,
-                num_slots=num_slots,
+                num_slots=min(hooks.get("num_slots") or num_slots, num_slots),
                 chunk_steps=chunk_steps,
                 on_finish=on_finish,
+                more=more,
+                prompt_bucket=hooks.get("prompt_bucket", 0),
+                on_tokens=hooks.get("on_tokens"),
+                token_rows=hooks.get("token_rows"),
+                max_tokens=hooks.get("max_tokens"),
                 **kwargs,
             )
         else:
@@ -164,10 +186,62 @@ def group_key(job: Job, index: int) -> tuple:
     return (job.method,)
 
 
+# on_tokens(row k of the job, its ids so far): called on the worker thread.
+TokenSink = Callable[[int, list[int]], None]
+
+
 @dataclasses.dataclass
 class _Pending:
     job: Job
     future: concurrent.futures.Future
+    on_tokens: TokenSink | None = None
+
+
+class _Call:
+    """The rows of one sampler call and their jobs; jobs join while it runs.
+
+    Row i of the call is row `owner[i][1]` of job `owner[i][0]`; a job's
+    future is set when its last row finishes.
+    """
+
+    def __init__(self, stats: dict):
+        self.stats = stats
+        self.jobs: list[_Pending] = []
+        self.owner: list[tuple[int, int]] = []
+        self.rows: list[list[Output | None]] = []
+        self.missing: list[int] = []
+
+    def add(self, p: _Pending) -> list[tuple[list[int], modes_lib.Mode, int]]:
+        """Adds a job; its rows as (prompt, mode, max_tokens), in row order."""
+        j = len(self.jobs)
+        self.jobs.append(p)
+        self.owner += [(j, k) for k in range(p.job.n)]
+        self.rows.append([None] * p.job.n)
+        self.missing.append(p.job.n)
+        return [(list(p.job.prompt_ids), p.job.mode, p.job.max_tokens)] * p.job.n
+
+    def finish(self, indices, rollout: decoding.Rollout) -> None:
+        for r, i in enumerate(indices):
+            j, k = self.owner[i]
+            p = self.jobs[j]
+            n, limit = int(rollout.lengths[r]), p.job.max_tokens
+            ids = [int(t) for t in np.asarray(rollout.completion_tokens[r, : min(n, limit)])]
+            self.rows[j][k] = Output(ids, bool(rollout.truncated[r]) or n > limit)
+            self.stats["tokens"] += len(ids)
+            self.missing[j] -= 1
+            if self.missing[j] == 0:
+                p.future.set_result(self.rows[j])
+
+    def streamed(self, indices: np.ndarray) -> np.ndarray:
+        """The rows among `indices` whose job streams its tokens."""
+        return indices[[self.jobs[self.owner[i][0]].on_tokens is not None for i in indices]]
+
+    def tokens(self, indices, tokens, lengths) -> None:
+        for i, t, n in zip(indices, tokens, lengths, strict=True):
+            j, k = self.owner[i]
+            p = self.jobs[j]
+            if p.on_tokens is not None and not p.future.done():
+                p.on_tokens(k, [int(x) for x in t[: min(int(n), p.job.max_tokens)]])
 
 
 class Engine:
@@ -195,9 +269,20 @@ class Engine:
         self._last_jobs = 0  # jobs in the previous batch: >1 means concurrent load
         self._last_rows = 0
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        # Taken from the queue during a call but unable to join it: next call first.
+        self._held: collections.deque[_Pending | None] = collections.deque()
+        self._prompt_lens: collections.deque[int] = collections.deque(maxlen=RECENT_PROMPTS)
         self._lock = threading.Lock()
         self.active = 0  # admitted, unreleased requests
-        self.stats = {"calls": 0, "rows": 0, "jobs": 0, "skipped": 0, "tokens": 0, "busy_s": 0.0}
+        self.stats = {
+            "calls": 0,
+            "rows": 0,
+            "jobs": 0,
+            "joined": 0,
+            "skipped": 0,
+            "tokens": 0,
+            "busy_s": 0.0,
+        }
         self._thread = threading.Thread(target=self._loop, name="serve-engine", daemon=True)
         self._thread.start()
 
@@ -238,20 +323,34 @@ class Engine:
                 calls += 1
         return calls
 
-    def submit(self, job: Job) -> concurrent.futures.Future:
-        """A future of `job.n` `Output`s; cancel it to drop a job that has not started."""
+    def submit(self, job: Job, on_tokens: TokenSink | None = None) -> concurrent.futures.Future:
+        """A future of `job.n` `Output`s; cancel it to drop a job that has not started.
+
+        `on_tokens(k, ids)`, when given, receives row k's ids so far as they are
+        decoded (on the worker thread; the continuous sampler only).
+        """
         if len(job.prompt_ids) + job.max_tokens > self.max_seq_len:
             raise ValueError(
                 f"prompt ({len(job.prompt_ids)} tokens) + max_tokens ({job.max_tokens}) "
                 f"exceeds the context of {self.max_seq_len}"
             )
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put(_Pending(job, future))
+        with self._lock:
+            self._prompt_lens.append(len(job.prompt_ids))
+        self._queue.put(_Pending(job, future, on_tokens))
         return future
 
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=30)
+
+    def _get(self, timeout: float | None) -> _Pending | None:
+        """The next item, held ones first; `queue.Empty` after `timeout` (0: no wait)."""
+        if self._held:
+            return self._held.popleft()
+        if timeout is not None and timeout <= 0:
+            return self._queue.get_nowait()
+        return self._queue.get(timeout=timeout)
 
     def _collect(self, first: _Pending) -> list[_Pending]:
         """`first` and the jobs that follow it with gaps under `batch_wait_s`.
@@ -272,11 +371,11 @@ class Engine:
             # answered come back), then for gaps shorter than `batch_wait_s`.
             gap = left if rows < self._last_rows else min(wait, left)
             try:
-                item = self._queue.get(timeout=gap) if gap > 0 else self._queue.get_nowait()
+                item = self._get(gap)
             except queue.Empty:
                 break
             if item is None:  # close(): finish this batch, then stop
-                self._queue.put(None)
+                self._held.appendleft(None)
                 break
             batch.append(item)
             rows += item.job.n
@@ -284,7 +383,7 @@ class Engine:
 
     def _loop(self) -> None:
         while True:
-            first = self._queue.get()
+            first = self._get(None)
             if first is None:
                 return
             batch = self._collect(first)
@@ -298,48 +397,95 @@ class Engine:
             groups: dict[tuple, list[_Pending]] = {}
             for i, p in enumerate(live):
                 groups.setdefault(group_key(p.job, i), []).append(p)
-            for group in groups.values():
+            for key, group in groups.items():
+                call = _Call(self.stats)
                 try:
-                    self._run(group)
+                    self._run(call, key, group)
                 except Exception as e:  # a failed call fails its requests, not the server
                     logging.exception("sampler call failed")
-                    for p in group:
+                    for p in call.jobs or group:
                         if not p.future.done():
                             p.future.set_exception(e)
 
-    def _run(self, group: Sequence[_Pending]) -> None:
-        """One sampler call; each job's future is set when its last row finishes."""
-        jobs = [p.job for p in group]
-        prompts = [list(j.prompt_ids) for j in jobs for _ in range(j.n)]
-        modes = [j.mode for j in jobs for _ in range(j.n)]
-        limits = [j.max_tokens for j in jobs for _ in range(j.n)]
-        owner = [k for k, j in enumerate(jobs) for _ in range(j.n)]  # row -> job
-        starts = np.cumsum([0] + [j.n for j in jobs])
-        rows: list[Output | None] = [None] * len(prompts)
-        missing = [j.n for j in jobs]
+    def _joiners(self, key: tuple, mode: modes_lib.Mode, p: int, m: int, room: int):
+        """Queued jobs that can join the running call (`key`, prompt bucket p, m tokens).
+
+        Taken in order while their rows fit `room`; the first job that cannot
+        join is held for the next call and ends joining (no job waits behind
+        an endless stream of joiners).
+        """
+        taken, rows = [], 0
+        while rows < room and not self._held:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None or not _fits(item.job, key, mode, p, m, self.max_seq_len):
+                self._held.append(item)
+                break
+            if not item.future.set_running_or_notify_cancel():
+                self.stats["skipped"] += 1
+                continue
+            taken.append(item)
+            rows += item.job.n
+        return taken
+
+    def _run(self, call: _Call, key: tuple, group: Sequence[_Pending]) -> None:
+        """One sampler call; jobs of the same key join it while it runs (`_joiners`)."""
+        prompts, modes, limits = [], [], []
+        for p in group:
+            for q, mode, limit in call.add(p):
+                prompts.append(q)
+                modes.append(mode)
+                limits.append(limit)
+        first = group[0].job
         room = self.max_seq_len - max(len(q) for q in prompts)
-        length = tokens_bucket(max(limits), room)
-        first = jobs[0]
+        length = tokens_bucket(max(p.job.max_tokens for p in group), room)
         if isinstance(first.method, sampling_methods.Sample) and first.seed is not None:
             rng = seed_key(first.seed)
         else:
             rng = jax.random.fold_in(self._key, self._calls)
         self._calls += 1
+        hooks: dict = {"on_tokens": call.tokens, "token_rows": call.streamed, "max_tokens": limits}
+        if len(key) == 1:  # greedy, or sampled without a seed: others may join
+            with self._lock:
+                longest = max(self._prompt_lens, default=0)
+                expected = self.active  # admitted requests: under load, joiners are coming
+            own = max(len(q) for q in prompts)
+            # Under load the prompt bucket fits recent prompts, so that they can join.
+            bucket = decoding.prompt_bucket(max(own, longest) if expected > len(group) else own)
 
-        def on_finish(indices, rollout: decoding.Rollout) -> None:
-            for k, i in enumerate(indices):
-                n, limit = int(rollout.lengths[k]), limits[i]
-                ids = [int(t) for t in np.asarray(rollout.completion_tokens[k, : min(n, limit)])]
-                rows[i] = Output(ids, bool(rollout.truncated[k]) or n > limit)
-                self.stats["tokens"] += len(ids)
-                j = owner[i]
-                missing[j] -= 1
-                if missing[j] == 0:
-                    group[j].future.set_result(rows[starts[j] : starts[j + 1]])
+            def more(room: int):
+                rows = []
+                for p in self._joiners(key, first.mode, bucket, length, room):
+                    rows += call.add(p)
+                    self.stats["joined"] += 1
+                return rows
 
+            hooks.update(
+                more=more,
+                prompt_bucket=bucket,
+                num_slots=min(self.max_batch, max(len(prompts), expected)),
+            )
         t0 = time.perf_counter()
-        self._sample(prompts, modes, first.method, length, rng, on_finish)
+        self._sample(prompts, modes, first.method, length, rng, call.finish, **hooks)
         self.stats["busy_s"] += time.perf_counter() - t0
         self.stats["calls"] += 1
-        self.stats["rows"] += len(rows)
-        self.stats["jobs"] += len(jobs)
+        self.stats["rows"] += len(call.owner)
+        self.stats["jobs"] += len(call.jobs)
+
+
+def _fits(job: Job, key: tuple, mode: modes_lib.Mode, p: int, m: int, max_seq_len: int) -> bool:
+    """Whether `job` can join a running call of `key`, prompt bucket p and m tokens."""
+    same_tokens = job.mode.stop_ids == mode.stop_ids and (
+        job.mode.think_close_ids,
+        job.mode.think_end_id,
+    ) == (mode.think_close_ids, mode.think_end_id)
+    n = len(job.prompt_ids)
+    return (
+        group_key(job, -1) == key
+        and same_tokens
+        and n <= p
+        and n + m <= max_seq_len
+        and job.max_tokens <= m
+    )

@@ -12,7 +12,7 @@ import pytest
 
 from nemocascade.rollout import continuous, decoding
 from tests.rollout import helpers
-from tests.rollout.test_continuous import BUDGETS, METHODS, PROMPTS, _assert_same, _kw
+from tests.rollout.test_continuous import BUDGETS, MAX_NEW, METHODS, PROMPTS, _assert_same, _kw
 
 CFG = helpers.TOY_MODEL
 FIRST = 3  # requests given to the call; the rest join while it runs
@@ -120,3 +120,21 @@ def test_hooks_change_nothing_when_unused(params):
     )
     _assert_same(ref, out)
     assert jax.tree.leaves(out)  # a full rollout
+
+
+def test_a_row_limit_frees_the_slot_like_a_shorter_call(params):
+    kw = _kw(METHODS["sample"], seed=6)
+    limits = [5, None, 6, 16, 5, 7, 9, None]
+    stats = {}
+    out = continuous.generate(
+        params, CFG, PROMPTS, num_slots=3, chunk_steps=2, max_tokens=limits, stats=stats, **kw
+    )
+    assert stats["cut"] > 0
+    for i, limit in enumerate(limits):
+        alone = decoding.generate(
+            params, CFG, PROMPTS, **{**kw, "max_new_tokens": limit or MAX_NEW}
+        )
+        n = limit or MAX_NEW
+        np.testing.assert_array_equal(out.completion_tokens[i, :n], alone.completion_tokens[i])
+        assert (out.completion_mask[i, n:] == 0).all()
+        assert out.lengths[i] == alone.lengths[i] and out.truncated[i] == alone.truncated[i]

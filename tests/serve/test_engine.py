@@ -79,7 +79,7 @@ def test_a_job_is_answered_when_its_rows_finish_not_when_the_call_ends(toy):
     model, _ = toy
     busy, go, second_half = threading.Event(), threading.Event(), threading.Event()
 
-    def sample(prompts, modes, method, max_new_tokens, rng, on_finish):
+    def sample(prompts, modes, method, max_new_tokens, rng, on_finish, **hooks):
         if prompts == [[0]]:  # the first call holds the worker until a and b are queued
             busy.set()
             assert go.wait(30)
@@ -111,4 +111,81 @@ def test_a_job_is_answered_when_its_rows_finish_not_when_the_call_ends(toy):
     finally:
         go.set()
         second_half.set()
+        eng.close()
+
+
+def _engine(model, params, **kw):
+    sample = engine_lib.sampler_fn(
+        params, helpers.CFG, model.tok.pad_id, num_slots=4, chunk_steps=4
+    )
+    return engine_lib.Engine(sample, model.max_seq_len, max_batch=4, **kw)
+
+
+def test_a_request_joins_a_running_call_and_finishes_first(toy):
+    model, params = toy
+    mode = model.mode("none")
+    long_prompt = tuple(mode.prompt(model.tok, [{"role": "user", "content": "Tell a story."}]))
+    short_prompt = tuple(mode.prompt(model.tok, [{"role": "user", "content": "Say hi."}]))
+    short = engine_lib.Job(short_prompt, mode, GREEDY, max_tokens=6)
+    started, submitted, checked = threading.Event(), threading.Event(), threading.Event()
+    streamed, pending = [], []
+
+    def on_tokens(k, ids):  # on the worker thread, between two chunks of the long call
+        streamed.append(list(ids))
+        started.set()
+        assert submitted.wait(60)  # the short request is queued before the call goes on
+        if pending[0].done():  # hold the long call until the test has looked
+            assert checked.wait(60)
+
+    eng = _engine(model, params)
+    try:
+        for _ in range(2):  # two admitted requests: the call keeps a slot free for one
+            eng.acquire()
+        long = eng.submit(engine_lib.Job(long_prompt, mode, GREEDY, max_tokens=120), on_tokens)
+        assert started.wait(300)  # the long call decodes
+        pending.append(eng.submit(short))
+        submitted.set()
+        joined = pending[0].result(timeout=300)
+        assert not long.done()  # answered while the long call still runs
+        checked.set()
+        (long_row,) = long.result(timeout=300)
+        eng.close()
+        assert eng.stats["calls"] == 1 and eng.stats["joined"] == 1
+    finally:
+        eng.close()
+    # The stream saw growing prefixes of the long row; the joiner got its lone tokens.
+    assert len(streamed) > 2 and len(long_row.token_ids) > 20
+    assert all(s == long_row.token_ids[: len(s)] for s in streamed)
+    alone = _engine(model, params)
+    try:
+        assert joined == alone.submit(short).result(timeout=300)
+    finally:
+        alone.close()
+
+
+def test_a_seeded_sampled_call_takes_no_joiners(toy):
+    model, params = toy
+    mode = model.mode("none")
+    prompt = tuple(mode.prompt(model.tok, [{"role": "user", "content": "Say hi."}]))
+    started = threading.Event()
+    eng = _engine(model, params)
+    try:
+        for _ in range(2):
+            eng.acquire()
+        seeded = engine_lib.Job(prompt, mode, SAMPLE, max_tokens=60, seed=3)
+        submitted = threading.Event()
+
+        def on_tokens(k, ids):
+            started.set()
+            assert submitted.wait(60)
+
+        first = eng.submit(seeded, on_tokens)
+        assert started.wait(300)
+        other = eng.submit(engine_lib.Job(prompt, mode, GREEDY, max_tokens=6))
+        submitted.set()
+        other.result(timeout=300)
+        first.result(timeout=300)
+        eng.close()
+        assert eng.stats["calls"] == 2 and eng.stats["joined"] == 0
+    finally:
         eng.close()

@@ -1,4 +1,4 @@
-"""The request queue: shared sampler calls, 503 when full, a disconnect frees its slot."""
+"""The request queue: joined sampler calls, 503 when full, a disconnect frees its slot."""
 
 import threading
 import time
@@ -20,10 +20,10 @@ class Gate:
     def __init__(self, sample):
         self.sample, self.started, self.opened = sample, threading.Event(), threading.Event()
 
-    def __call__(self, *args):
+    def __call__(self, *args, **hooks):
         self.started.set()
         assert self.opened.wait(60)
-        return self.sample(*args)
+        return self.sample(*args, **hooks)
 
 
 def _until(predicate, timeout=10.0):
@@ -84,6 +84,7 @@ def test_full_queue_503_disconnect_frees_its_slot_and_waiting_requests_batch(gat
     answers = {results[k].json()["choices"][0]["message"]["content"] for k in ("a", "d1", "d2")}
     assert len(answers) == 1  # same greedy request, same answer
     stats = httpx.get(f"{s.url}/health").json()
-    # a ran alone; d1 and d2 waited and shared one call; b was skipped, never sampled.
-    assert stats["engine"]["calls"] == 2 and stats["engine"]["jobs"] == 3
+    # d1 and d2 waited, then joined a's running call; b was skipped, never sampled.
+    assert stats["engine"]["calls"] == 1 and stats["engine"]["jobs"] == 3
+    assert stats["engine"]["joined"] == 2
     assert stats["engine"]["skipped"] == 1 and stats["active"] == 0
