@@ -7,11 +7,14 @@
 
 Streaming (`stream: true`) sends server-sent events in OpenAI's chunk
 format: a first chunk with the role, then `reasoning_content` and `content`
-deltas of about one token each, a last chunk per choice with its
-`finish_reason`, optionally a usage chunk, then `data: [DONE]`. The sampler
-decodes a whole batch in one jitted loop, so the deltas are cut from the
-finished completion (`output.deltas`): they arrive together once the batch
-is done, not as each token is decoded.
+deltas, a last chunk per choice with its `finish_reason`, optionally a usage
+chunk, then `data: [DONE]`. With the continuous engine the deltas go out as
+the tokens are decoded (the engine reports a streamed job's tokens after
+every chunk of `--chunk_steps` steps): each carries the text that no later
+token can change (`output.Stream`), and the end of a choice sends what
+remains of its final texts, so the deltas add up to the non-streamed
+response exactly. The static engine reports nothing before the end: its
+deltas are cut from the finished completion (`output.deltas`).
 
 Every request holds one engine slot from admission to the end of its
 response; a full engine answers 503. A client that goes away while its
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import logging
@@ -77,6 +81,37 @@ async def _body(request: requests.Request):
         raise protocol.ApiError(400, f"malformed JSON body: {e}", None, "invalid_json") from None
 
 
+async def _disconnected(request: requests.Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _updates(futures, events: asyncio.Queue, request: requests.Request):
+    """("tokens", job, row, ids) items as the engine reports them, then ("results", results).
+
+    Raises `_ClientGone` (jobs cancelled) if the client disconnects first.
+    """
+    left = len(futures)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        while left:
+            get = asyncio.ensure_future(events.get())
+            done, _ = await asyncio.wait({get, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if get not in done:
+                get.cancel()
+                for f in futures:
+                    f.cancel()
+                raise _ClientGone
+            item = get.result()
+            if item[0] == "done":
+                left -= 1
+            else:
+                yield item
+    finally:
+        watch.cancel()
+    yield ("results", [f.result() for f in futures])
+
+
 async def _wait(future: concurrent.futures.Future, request: requests.Request):
     """The job's result, or `_ClientGone` (job cancelled) if the client disconnects first."""
 
@@ -129,7 +164,8 @@ class Routes:
             )
         return asked if asked is not None else min(int(self.model.defaults["max_tokens"]), room)
 
-    def _submit(self, jobs: list[engine_lib.Job]) -> list[concurrent.futures.Future]:
+    def _submit(self, jobs: list[engine_lib.Job], events: asyncio.Queue | None = None):
+        """The jobs' futures; with `events`, their token reports and ends are queued there."""
         try:
             self.engine.acquire()
         except engine_lib.QueueFull as e:
@@ -137,7 +173,20 @@ class Routes:
                 503, f"server busy: {e}; retry later", None, "queue_full"
             ) from None
         try:
-            return [self.engine.submit(j) for j in jobs]
+            if events is None:
+                return [self.engine.submit(j) for j in jobs]
+            loop = asyncio.get_running_loop()
+
+            def post(item) -> None:  # from the engine's thread
+                with contextlib.suppress(RuntimeError):  # the event loop is gone (shutdown)
+                    loop.call_soon_threadsafe(events.put_nowait, item)
+
+            futures = []
+            for n, job in enumerate(jobs):
+                f = self.engine.submit(job, lambda k, ids, n=n: post(("tokens", n, k, ids)))
+                f.add_done_callback(lambda _: post(("done",)))
+                futures.append(f)
+            return futures
         except Exception:
             self.engine.release()
             raise
@@ -149,8 +198,13 @@ class Routes:
             for f in futures:
                 f.cancel()
 
-    def _respond(self, futures, request, build, stream_events):
-        """JSON response, or an SSE stream; the slot is released when either ends."""
+    def _respond(self, jobs, request, build, stream_events):
+        """JSON response, or an SSE stream; the slot is released when either ends.
+
+        `stream_events(updates)` turns `_updates` items into SSE strings.
+        """
+        queue = asyncio.Queue() if stream_events else None
+        futures = self._submit(jobs, queue)
 
         if not stream_events:
 
@@ -166,7 +220,7 @@ class Routes:
 
         async def events():
             try:
-                async for piece in stream_events(lambda: self._collect(futures, request)):
+                async for piece in stream_events(_updates(futures, queue, request)):
                     yield piece
                 yield "data: [DONE]\n\n"
             except _ClientGone:
@@ -239,28 +293,43 @@ class Routes:
                 )
             return {**head, "object": "chat.completion", "choices": choices, "usage": counts(outs)}
 
-        async def stream(get):
+        def stable(ids):
+            return output.stable_chat(self.model.tok, ids, mode, s.stop)
+
+        async def stream(updates):
             chunk = {**head, "object": "chat.completion.chunk"}
+
+            def sse(i, delta, finish_reason=None):
+                choice = {"index": i, "delta": delta, "finish_reason": finish_reason}
+                return _sse({**chunk, "choices": [choice]})
+
             first = [
                 {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
                 for i in range(s.n)
             ]
             yield _sse({**chunk, "choices": first})
-            outs = (await get())[0]
-            for i, o in enumerate(outs):
-                t = texts(o.token_ids)
-                final = fields(t)
-                for name, piece in output.deltas(
-                    lambda ids: fields(texts(ids)), o.token_ids, final
-                ):
-                    delta = {"index": i, "delta": {name: piece}, "finish_reason": None}
-                    yield _sse({**chunk, "choices": [delta]})
-                end = {"index": i, "delta": {}, "finish_reason": finish(o, t)}
-                yield _sse({**chunk, "choices": [end]})
-            if s.include_usage:
-                yield _sse({**chunk, "choices": [], "usage": counts(outs)})
+            streams = [output.Stream(stable) for _ in range(s.n)]
+            async for item in updates:
+                if item[0] == "tokens":
+                    _, _, k, ids = item
+                    for name, piece in streams[k].update(ids):
+                        yield sse(k, {name: piece})
+                    continue
+                outs = item[1][0]
+                for i, o in enumerate(outs):
+                    t = texts(o.token_ids)
+                    final = fields(t)
+                    if streams[i].sent:
+                        pieces = streams[i].finish(final)
+                    else:  # nothing streamed (static engine): token-sized pieces
+                        pieces = output.deltas(lambda ids: fields(texts(ids)), o.token_ids, final)
+                    for name, piece in pieces:
+                        yield sse(i, {name: piece})
+                    yield sse(i, {}, finish(o, t))
+                if s.include_usage:
+                    yield _sse({**chunk, "choices": [], "usage": counts(outs)})
 
-        return self._respond(self._submit([job]), request, build, stream if s.stream else None)
+        return self._respond([job], request, build, stream if s.stream else None)
 
     # Completions ---------------------------------------------------------------
     async def completions(self, request: requests.Request):
@@ -309,22 +378,48 @@ class Routes:
                 "usage": counts(results),
             }
 
-        async def stream(get):
-            results = await get()
-            for i, o in enumerate(rows(results)):
-                t, cut = text(o.token_ids)
-                pieces = output.deltas(lambda ids: {"text": text(ids)[0]}, o.token_ids, {"text": t})
-                for _, piece in pieces:
-                    c = {"index": i, "text": piece, "finish_reason": None, "logprobs": None}
-                    yield _sse({**head, "object": "text_completion", "choices": [c]})
-                c = {"index": i, "text": "", "finish_reason": finish(o, cut), "logprobs": None}
-                yield _sse({**head, "object": "text_completion", "choices": [c]})
-            if s.include_usage:
-                yield _sse(
-                    {**head, "object": "text_completion", "choices": [], "usage": counts(results)}
-                )
+        starts = [sum(j.n for j in jobs[:n]) for n in range(len(jobs))]  # job -> first choice
 
-        return self._respond(self._submit(jobs), request, build, stream if s.stream else None)
+        def chunk(i, piece, finish_reason=None):
+            c = {"index": i, "text": piece, "finish_reason": finish_reason, "logprobs": None}
+            return _sse({**head, "object": "text_completion", "choices": [c]})
+
+        async def stream(updates):
+            streams = [
+                output.Stream(
+                    lambda ids: output.stable_completion(tok, ids, self._raw_stop, s.stop)
+                )
+                for _ in range(sum(j.n for j in jobs))
+            ]
+            async for item in updates:
+                if item[0] == "tokens":
+                    _, n, k, ids = item
+                    for _, piece in streams[starts[n] + k].update(ids):
+                        yield chunk(starts[n] + k, piece)
+                    continue
+                results = item[1]
+                for i, o in enumerate(rows(results)):
+                    t, cut = text(o.token_ids)
+                    if streams[i].sent:
+                        pieces = streams[i].finish({"text": t})
+                    else:
+                        pieces = output.deltas(
+                            lambda ids: {"text": text(ids)[0]}, o.token_ids, {"text": t}
+                        )
+                    for _, piece in pieces:
+                        yield chunk(i, piece)
+                    yield chunk(i, "", finish(o, cut))
+                if s.include_usage:
+                    yield _sse(
+                        {
+                            **head,
+                            "object": "text_completion",
+                            "choices": [],
+                            "usage": counts(results),
+                        }
+                    )
+
+        return self._respond(jobs, request, build, stream if s.stream else None)
 
     # Info ------------------------------------------------------------------------
     async def models(self, request: requests.Request):
