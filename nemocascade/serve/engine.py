@@ -1,4 +1,4 @@
-"""A request queue that batches concurrent requests into one sampler call per batch.
+"""A request queue that batches concurrent requests into sampler calls, which others join.
 
 One worker thread owns the model. It takes the first waiting job, keeps
 collecting jobs (`_collect`: under load, as many rows as the previous batch,
@@ -18,8 +18,9 @@ pays nothing), and runs one sampler call per group of compatible jobs (`sampler_
 
 Rows of one call may ask for different `max_tokens`: the call decodes for
 the largest (rounded up to a power of two so compiles stay bounded) and each
-row is cut at its own; tokens do not depend on the call's length. Instruct
-and thinking rows share a call (per-row thinking budgets, `modes.sampler_kwargs`).
+row is cut at its own (the continuous sampler frees the row's slot there);
+tokens do not depend on the call's length. Instruct and thinking rows share
+a call (per-row thinking budgets, `modes.sampler_kwargs`).
 
 Admission is counted in slots: `acquire` fails with `QueueFull` once
 `max_queue` requests are admitted and unfinished; the HTTP layer releases a
@@ -27,14 +28,32 @@ slot when its response ends or its client goes away. A job cancelled before
 its batch starts is skipped (`stats["skipped"]`); one already in a sampler
 call finishes there and its result is dropped.
 
-With the continuous sampler a call's rows share `max_batch` decode slots
-refilled between chunks of `chunk_steps` steps, and a job's future is set as
-soon as its own rows finish (`on_finish`), while the call's other rows still
-decode: a short answer does not wait for the call's longest one. The call
-itself still takes a fixed list of rows (`continuous.generate` admits only
-the requests it was given), so a request that arrives while a call runs joins
-the next call, not the running one's free slots. Tokens reach a job when its
-rows finish, not step by step: the sampler reports finished rows only.
+With the continuous sampler a call's rows share up to `max_batch` decode
+slots refilled between chunks of `chunk_steps` steps, and a job's future is
+set as soon as its own rows finish (`on_finish`), while the call's other rows
+still decode: a short answer does not wait for the call's longest one.
+
+Joining. Between chunks the running call takes queued jobs of its own group
+(greedy, or sampled without a seed with the same method) into its free slots
+(`_joiners`, the sampler's `more` hook), if their prompt fits the call's
+prompt bucket and their `max_tokens` its decode length; so under load one
+call keeps every slot busy instead of ending with its slowest row. The first
+queued job that cannot join (a seeded one, a longer prompt or answer, another
+method) is held for the next call and stops further joining, so nothing waits
+behind an endless stream of joiners. To let requests join, a call started
+under load (more admitted requests than its own) gets slots for all admitted
+requests (up to `max_batch`) and a prompt bucket that fits the recent
+`RECENT_PROMPTS` prompts; a lone request decodes in one slot at its own
+bucket. A call with fewer slots than admitted requests (a burst after a
+quiet spell) takes no joiners: it drains, and the next call takes the
+waiting jobs with slots for all of them (`stats["resized"]`). Joined rows
+get the tokens they would get alone: greedy needs no RNG, and a sampled
+row's key depends only on its index in the call.
+
+Streaming. `submit(job, on_tokens)` registers a sink that receives each row's
+ids so far after every decode chunk (read back only for jobs with a sink) and
+when the row finishes; the HTTP layer turns them into stream deltas. The
+static sampler reports nothing before the end.
 """
 
 from __future__ import annotations
@@ -231,6 +250,8 @@ class _Call:
             self.missing[j] -= 1
             if self.missing[j] == 0:
                 p.future.set_result(self.rows[j])
+            elif p.on_tokens is not None:  # the job's other rows still decode
+                p.on_tokens(k, ids)
 
     def streamed(self, indices: np.ndarray) -> np.ndarray:
         """The rows among `indices` whose job streams its tokens."""
@@ -279,6 +300,7 @@ class Engine:
             "rows": 0,
             "jobs": 0,
             "joined": 0,
+            "resized": 0,
             "skipped": 0,
             "tokens": 0,
             "busy_s": 0.0,
@@ -455,18 +477,24 @@ class Engine:
             # Under load the prompt bucket fits recent prompts, so that they can join.
             bucket = decoding.prompt_bucket(max(own, longest) if expected > len(group) else own)
 
+            slots = min(self.max_batch, max(len(prompts), expected))
+            capacity = hosts.pow2_bucket(slots, cap=self.max_batch)
+
             def more(room: int):
+                if capacity < self.max_batch and self.active > capacity:
+                    # More requests than this call has slots: let it drain, so
+                    # that the next call is sized for the load (`stats["resized"]`).
+                    self.stats["resized"] += not resized
+                    resized.append(True)
+                    return []
                 rows = []
                 for p in self._joiners(key, first.mode, bucket, length, room):
                     rows += call.add(p)
                     self.stats["joined"] += 1
                 return rows
 
-            hooks.update(
-                more=more,
-                prompt_bucket=bucket,
-                num_slots=min(self.max_batch, max(len(prompts), expected)),
-            )
+            resized: list[bool] = []
+            hooks.update(more=more, prompt_bucket=bucket, num_slots=slots)
         t0 = time.perf_counter()
         self._sample(prompts, modes, first.method, length, rng, call.finish, **hooks)
         self.stats["busy_s"] += time.perf_counter() - t0

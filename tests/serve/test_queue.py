@@ -1,4 +1,4 @@
-"""The request queue: joined sampler calls, 503 when full, a disconnect frees its slot."""
+"""The request queue: shared sampler calls, 503 when full, a disconnect frees its slot."""
 
 import threading
 import time
@@ -84,7 +84,8 @@ def test_full_queue_503_disconnect_frees_its_slot_and_waiting_requests_batch(gat
     answers = {results[k].json()["choices"][0]["message"]["content"] for k in ("a", "d1", "d2")}
     assert len(answers) == 1  # same greedy request, same answer
     stats = httpx.get(f"{s.url}/health").json()
-    # d1 and d2 waited, then joined a's running call; b was skipped, never sampled.
-    assert stats["engine"]["calls"] == 1 and stats["engine"]["jobs"] == 3
-    assert stats["engine"]["joined"] == 2
+    # a's call was sized for a alone: d1 and d2 did not join it (it drained) and
+    # shared the next call; b was skipped, never sampled.
+    assert stats["engine"]["calls"] == 2 and stats["engine"]["jobs"] == 3
+    assert stats["engine"]["joined"] == 0 and stats["engine"]["resized"] == 1
     assert stats["engine"]["skipped"] == 1 and stats["active"] == 0
