@@ -429,19 +429,20 @@ class Engine:
                         if not p.future.done():
                             p.future.set_exception(e)
 
-    def _joiners(self, key: tuple, mode: modes_lib.Mode, p: int, m: int, room: int):
+    def _joiners(self, key: tuple, mode: modes_lib.Mode, p: int, m: int, room: int, wait: float):
         """Queued jobs that can join the running call (`key`, prompt bucket p, m tokens).
 
         Taken in order while their rows fit `room`; the first job that cannot
         join is held for the next call and ends joining (no job waits behind
-        an endless stream of joiners).
+        an endless stream of joiners). Waits up to `wait` seconds for a first one.
         """
         taken, rows = [], 0
         while rows < room and not self._held:
             try:
-                item = self._queue.get_nowait()
+                item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break
+            wait = 0.0
             if item is None or not _fits(item.job, key, mode, p, m, self.max_seq_len):
                 self._held.append(item)
                 break
@@ -487,8 +488,11 @@ class Engine:
                     self.stats["resized"] += not resized
                     resized.append(True)
                     return []
+                # Under load an emptied call waits a moment for the clients it
+                # answered to come back, rather than ending and starting anew.
+                wait = self.batch_wait_s if room >= capacity and self._last_jobs > 1 else 0.0
                 rows = []
-                for p in self._joiners(key, first.mode, bucket, length, room):
+                for p in self._joiners(key, first.mode, bucket, length, room, wait):
                     rows += call.add(p)
                     self.stats["joined"] += 1
                 return rows
