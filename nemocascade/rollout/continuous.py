@@ -62,8 +62,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from nemocascade.model import presets, transformer
-from nemocascade.rollout import decode_step, decoding, sampling_methods
+from nemocascade.rollout import decode_step, decoding, request_table, sampling_methods
 from nemocascade.sharding import hosts, rules as rules_lib
+
+Request = request_table.Request  # a request joining a running call (`more`)
 
 DEFAULT_SLOTS = 64
 DEFAULT_CHUNK_STEPS = 16
@@ -274,81 +276,6 @@ def _padded(values: Sequence[int], size: int, fill: int) -> np.ndarray:
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """A request that joins a running `generate` call (`more`): prompt ids and budgets."""
-
-    prompt: Sequence[int]
-    thinking_budget: int | None = None
-    answer_budget: int | None = None
-    max_tokens: int | None = None  # None: the call's max_new_tokens
-
-
-class _Table:
-    """Host arrays of a call's requests (prompts, budgets, outputs), growing as requests join."""
-
-    def __init__(self, prompts, lengths, budget, answer, limit, p: int, m: int, pad_id: int):
-        self.p, self.m, self.pad_id = p, m, pad_id
-        self.lengths, self.budget, self.answer = lengths, budget, answer
-        self.limit = _limits(limit, len(prompts), m)
-        self.prompt_np = self._left_padded(prompts)
-        self.out = {
-            "completion_tokens": np.full((0, m), pad_id, np.int32),
-            "logprobs": np.zeros((0, m), np.float32),
-            "forced_mask": np.zeros((0, m), np.int32),
-            "completion_mask": np.zeros((0, m), np.int32),
-            "stopped": np.zeros((0,), bool),
-        }
-        self._grow(len(prompts))
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def _left_padded(self, prompts) -> np.ndarray:
-        prompt_np = np.full((len(prompts), self.p), self.pad_id, np.int32)
-        for i, q in enumerate(prompts):
-            prompt_np[i, self.p - len(q) :] = q
-        return prompt_np
-
-    def _grow(self, k: int) -> None:
-        for key, buf in self.out.items():
-            fill = self.pad_id if key == "completion_tokens" else 0
-            self.out[key] = np.concatenate([buf, np.full((k,) + buf.shape[1:], fill, buf.dtype)])
-
-    def join(self, requests: Sequence[Request], max_seq_len: int, budgets_allowed: bool) -> range:
-        """Appends `requests` (checked against the call's P and M); their indices."""
-        n, k = len(self), len(requests)
-        prompts = [list(r.prompt) for r in requests]
-        for q in prompts:
-            if not q or len(q) > self.p or len(q) + self.m > max_seq_len:
-                raise ValueError(
-                    f"a joining prompt of {len(q)} tokens does not fit the call's prompt bucket "
-                    f"{self.p} and max_new_tokens {self.m} (model.max_seq_len={max_seq_len})"
-                )
-        budget = decoding._per_row([r.thinking_budget for r in requests], k, "thinking_budget")
-        answer = decoding._per_row([r.answer_budget for r in requests], k, "answer_budget")
-        if not budgets_allowed and (budget < decoding.NO_BUDGET).any():
-            raise ValueError("a joining thinking_budget needs think_close_ids and think_end_id")
-        self.prompt_np = np.concatenate([self.prompt_np, self._left_padded(prompts)])
-        self.lengths = np.concatenate([self.lengths, [len(q) for q in prompts]]).astype(np.int32)
-        self.budget = np.concatenate([self.budget, budget]).astype(np.int32)
-        self.answer = np.concatenate([self.answer, answer]).astype(np.int32)
-        limit = _limits([r.max_tokens for r in requests], k, self.m)
-        self.limit = np.concatenate([self.limit, limit]).astype(np.int32)
-        self._grow(k)
-        return range(n, n + k)
-
-    def cut(self, reqs) -> None:
-        """Clears the outputs of rows `reqs` past their `max_tokens` (rows cut early)."""
-        for r in reqs:
-            n = self.limit[r]
-            for key in ("completion_tokens", "logprobs", "forced_mask", "completion_mask"):
-                self.out[key][r, n:] = self.pad_id if key == "completion_tokens" else 0
-
-    def rollout(self, idx) -> decoding.Rollout:
-        return _rollout(self.out, self.prompt_np, self.lengths, idx)
-
-
 def generate(
     params: Any,
     model_cfg: presets.ModelConfig,
@@ -423,7 +350,7 @@ def generate(
         rules = rules or rules_lib.get_rules("decode")
         dp = hosts.local_batch_shards(mesh, rules)
     s = hosts.pow2_bucket(num_slots if more is not None else min(num_slots, n), dp)
-    table = _Table(prompts, lengths, budget, answer, max_tokens, p, m, int(pad_id))
+    table = request_table.Table(prompts, lengths, budget, answer, max_tokens, p, m, int(pad_id))
     static = _Static(
         model_cfg=model_cfg,
         method=method,
@@ -524,21 +451,13 @@ def generate(
                 counters["cut"] += len(cut)
                 occupant[done] = -1
                 if on_finish is not None:
-                    on_finish(reqs, table.rollout(reqs))
+                    on_finish(reqs, _rollout(table.out, table.prompt_np, table.lengths, reqs))
             join()
             slots = admit(slots)
         counters["total_s"] += time.perf_counter() - start
     if stats is not None:
         stats.update(counters, slots=s, prompt_bucket=p)
-    return table.rollout(np.arange(len(table)))
-
-
-def _limits(values, n: int, m: int) -> np.ndarray:
-    """Per-request `max_tokens` (None -> m), checked to lie in [1, m]."""
-    values = [m] * n if values is None else [m if v is None else int(v) for v in values]
-    if len(values) != n or any(not 0 < v <= m for v in values):
-        raise ValueError(f"max_tokens needs {n} values in [1, max_new_tokens={m}], got {values}")
-    return np.asarray(values, np.int32)
+    return _rollout(table.out, table.prompt_np, table.lengths, np.arange(len(table)))
 
 
 def _rollout(out: dict, prompt_np: np.ndarray, lengths: np.ndarray, idx) -> decoding.Rollout:

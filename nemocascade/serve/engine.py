@@ -60,17 +60,16 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
-import numpy as np
 
-from nemocascade.rollout import continuous, decoding, groups, modes as modes_lib, sampling_methods
+from nemocascade.rollout import decoding, modes as modes_lib, sampling_methods
+from nemocascade.serve import jobs as jobs_lib, sampler
 from nemocascade.sharding import hosts
 
 MIN_TOKENS_BUCKET = 16
@@ -82,107 +81,11 @@ class QueueFull(RuntimeError):
     """`max_queue` requests are already admitted."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """One request's sampling work: `n` rows of the same prompt.
-
-    Attributes:
-      prompt_ids: the rendered prompt.
-      mode: decoding mode (stop ids, thinking budget, parser).
-      method: `sampling_methods.Greedy()` or `sampling_methods.Sample(...)`.
-      max_tokens: completion tokens allowed per row.
-      n: rows (choices) to sample.
-      seed: fixes the RNG of a sampled job; ignored by greedy jobs.
-    """
-
-    prompt_ids: tuple[int, ...]
-    mode: modes_lib.Mode
-    method: sampling_methods.Method
-    max_tokens: int
-    n: int = 1
-    seed: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Output:
-    """One row's result: generated ids (stop token included) and whether no stop came."""
-
-    token_ids: list[int]
-    truncated: bool
-
-
-# (prompts, modes, method, max_new_tokens, rng, on_finish, **hooks) -> None;
-# calls on_finish(row indices, their rows as a decoding.Rollout) as rows
-# finish, every row exactly once. Hooks a sampler may use or ignore (the
-# static one ignores them): num_slots, prompt_bucket, max_tokens (per row),
-# more(room) -> [(prompt, mode, max_tokens)] rows joining the call (their
-# indices follow), on_tokens(indices, tokens, lengths) and token_rows(indices)
-# (`continuous.generate`'s).
-SampleFn = Callable[..., None]
-ENGINES = groups.ENGINES
-
-
-def sampler_fn(
-    params,
-    model_cfg,
-    pad_id: int,
-    mesh=None,
-    rules=None,
-    *,
-    engine: str = "continuous",
-    num_slots: int = continuous.DEFAULT_SLOTS,
-    chunk_steps: int = continuous.DEFAULT_CHUNK_STEPS,
-) -> SampleFn:
-    """The sampler call of a loaded model (`generate.load`).
-
-    `engine="continuous"`: `continuous.generate` with `num_slots` slots (or
-    the call's `num_slots` hook), reporting rows as they finish, tokens per
-    chunk and taking joining rows; `"static"`: `decoding.generate`, reporting
-    every row when the call returns. Same tokens for the same key.
-    """
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-
-    def sample(prompts, modes, method, max_new_tokens, rng, on_finish, **hooks) -> None:
-        kwargs = dict(
-            method=method,
-            max_new_tokens=max_new_tokens,
-            rng=rng,
-            pad_id=pad_id,
-            mesh=mesh,
-            rules=rules,
-            **modes_lib.sampler_kwargs(modes),
-        )
-        if engine == "continuous":
-            more = hooks.get("more")
-            if more is not None:
-                rows = more  # [(prompt, mode)] -> continuous.Request
-
-                def more(room):
-                    return [
-                        continuous.Request(q, m.thinking_budget, m.answer_budget, limit)
-                        for q, m, limit in rows(room)
-                    ]
-
-            continuous.generate(
-                params,
-                model_cfg,
-                prompts,
-                num_slots=min(hooks.get("num_slots") or num_slots, num_slots),
-                chunk_steps=chunk_steps,
-                on_finish=on_finish,
-                more=more,
-                prompt_bucket=hooks.get("prompt_bucket", 0),
-                on_tokens=hooks.get("on_tokens"),
-                token_rows=hooks.get("token_rows"),
-                max_tokens=hooks.get("max_tokens"),
-                **kwargs,
-            )
-        else:
-            rollout = decoding.generate(params, model_cfg, prompts, **kwargs)
-            on_finish(np.arange(len(prompts)), rollout)
-
-    return sample
+Job, Output, TokenSink = jobs_lib.Job, jobs_lib.Output, jobs_lib.TokenSink
+group_key = jobs_lib.group_key
+SampleFn = sampler.SampleFn
+ENGINES = sampler.ENGINES
+sampler_fn = sampler.sampler_fn
 
 
 def tokens_bucket(max_tokens: int, room: int) -> int:
@@ -194,75 +97,6 @@ def seed_key(seed: int) -> jax.Array:
     """A key for any 64-bit seed (OpenAI's `seed` is any integer; keys take 31 bits)."""
     low, high = seed & 0x7FFFFFFF, (seed >> 31) & 0x7FFFFFFF
     return jax.random.fold_in(jax.random.key(low), high)
-
-
-def group_key(job: Job, index: int) -> tuple:
-    """Jobs with equal keys share a sampler call (see the module docstring)."""
-    if isinstance(job.method, sampling_methods.Greedy):
-        return (job.method,)
-    if job.seed is not None:
-        return (job.method, "seed", index)
-    return (job.method,)
-
-
-# on_tokens(row k of the job, its ids so far): called on the worker thread.
-TokenSink = Callable[[int, list[int]], None]
-
-
-@dataclasses.dataclass
-class _Pending:
-    job: Job
-    future: concurrent.futures.Future
-    on_tokens: TokenSink | None = None
-
-
-class _Call:
-    """The rows of one sampler call and their jobs; jobs join while it runs.
-
-    Row i of the call is row `owner[i][1]` of job `owner[i][0]`; a job's
-    future is set when its last row finishes.
-    """
-
-    def __init__(self, stats: dict):
-        self.stats = stats
-        self.jobs: list[_Pending] = []
-        self.owner: list[tuple[int, int]] = []
-        self.rows: list[list[Output | None]] = []
-        self.missing: list[int] = []
-
-    def add(self, p: _Pending) -> list[tuple[list[int], modes_lib.Mode, int]]:
-        """Adds a job; its rows as (prompt, mode, max_tokens), in row order."""
-        j = len(self.jobs)
-        self.jobs.append(p)
-        self.owner += [(j, k) for k in range(p.job.n)]
-        self.rows.append([None] * p.job.n)
-        self.missing.append(p.job.n)
-        return [(list(p.job.prompt_ids), p.job.mode, p.job.max_tokens)] * p.job.n
-
-    def finish(self, indices, rollout: decoding.Rollout) -> None:
-        for r, i in enumerate(indices):
-            j, k = self.owner[i]
-            p = self.jobs[j]
-            n, limit = int(rollout.lengths[r]), p.job.max_tokens
-            ids = [int(t) for t in np.asarray(rollout.completion_tokens[r, : min(n, limit)])]
-            self.rows[j][k] = Output(ids, bool(rollout.truncated[r]) or n > limit)
-            self.stats["tokens"] += len(ids)
-            self.missing[j] -= 1
-            if self.missing[j] == 0:
-                p.future.set_result(self.rows[j])
-            elif p.on_tokens is not None:  # the job's other rows still decode
-                p.on_tokens(k, ids)
-
-    def streamed(self, indices: np.ndarray) -> np.ndarray:
-        """The rows among `indices` whose job streams its tokens."""
-        return indices[[self.jobs[self.owner[i][0]].on_tokens is not None for i in indices]]
-
-    def tokens(self, indices, tokens, lengths) -> None:
-        for i, t, n in zip(indices, tokens, lengths, strict=True):
-            j, k = self.owner[i]
-            p = self.jobs[j]
-            if p.on_tokens is not None and not p.future.done():
-                p.on_tokens(k, [int(x) for x in t[: min(int(n), p.job.max_tokens)]])
 
 
 class Engine:
@@ -289,9 +123,9 @@ class Engine:
         self._calls = 0
         self._last_jobs = 0  # jobs in the previous batch: >1 means concurrent load
         self._last_rows = 0
-        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._queue: queue.Queue[jobs_lib.Pending | None] = queue.Queue()
         # Taken from the queue during a call but unable to join it: next call first.
-        self._held: collections.deque[_Pending | None] = collections.deque()
+        self._held: collections.deque[jobs_lib.Pending | None] = collections.deque()
         self._prompt_lens: collections.deque[int] = collections.deque(maxlen=RECENT_PROMPTS)
         self._lock = threading.Lock()
         self.active = 0  # admitted, unreleased requests
@@ -359,14 +193,14 @@ class Engine:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             self._prompt_lens.append(len(job.prompt_ids))
-        self._queue.put(_Pending(job, future, on_tokens))
+        self._queue.put(jobs_lib.Pending(job, future, on_tokens))
         return future
 
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=30)
 
-    def _get(self, timeout: float | None) -> _Pending | None:
+    def _get(self, timeout: float | None) -> jobs_lib.Pending | None:
         """The next item, held ones first; `queue.Empty` after `timeout` (0: no wait)."""
         if self._held:
             return self._held.popleft()
@@ -374,7 +208,7 @@ class Engine:
             return self._queue.get_nowait()
         return self._queue.get(timeout=timeout)
 
-    def _collect(self, first: _Pending) -> list[_Pending]:
+    def _collect(self, first: jobs_lib.Pending) -> list[jobs_lib.Pending]:
         """`first` and the jobs that follow it with gaps under `batch_wait_s`.
 
         A burst (clients answered together send their next requests together)
@@ -416,11 +250,11 @@ class Engine:
                     live.append(p)
                 else:
                     self.stats["skipped"] += 1
-            groups: dict[tuple, list[_Pending]] = {}
+            groups: dict[tuple, list[jobs_lib.Pending]] = {}
             for i, p in enumerate(live):
-                groups.setdefault(group_key(p.job, i), []).append(p)
+                groups.setdefault(jobs_lib.group_key(p.job, i), []).append(p)
             for key, group in groups.items():
-                call = _Call(self.stats)
+                call = jobs_lib.Call(self.stats)
                 try:
                     self._run(call, key, group)
                 except Exception as e:  # a failed call fails its requests, not the server
@@ -443,7 +277,7 @@ class Engine:
             except queue.Empty:
                 break
             wait = 0.0
-            if item is None or not _fits(item.job, key, mode, p, m, self.max_seq_len):
+            if item is None or not jobs_lib.fits(item.job, key, mode, p, m, self.max_seq_len):
                 self._held.append(item)
                 break
             if not item.future.set_running_or_notify_cancel():
@@ -453,7 +287,7 @@ class Engine:
             rows += item.job.n
         return taken
 
-    def _run(self, call: _Call, key: tuple, group: Sequence[_Pending]) -> None:
+    def _run(self, call: jobs_lib.Call, key: tuple, group: Sequence[jobs_lib.Pending]) -> None:
         """One sampler call; jobs of the same key join it while it runs (`_joiners`)."""
         prompts, modes, limits = [], [], []
         for p in group:
@@ -505,19 +339,3 @@ class Engine:
         self.stats["calls"] += 1
         self.stats["rows"] += len(call.owner)
         self.stats["jobs"] += len(call.jobs)
-
-
-def _fits(job: Job, key: tuple, mode: modes_lib.Mode, p: int, m: int, max_seq_len: int) -> bool:
-    """Whether `job` can join a running call of `key`, prompt bucket p and m tokens."""
-    same_tokens = job.mode.stop_ids == mode.stop_ids and (
-        job.mode.think_close_ids,
-        job.mode.think_end_id,
-    ) == (mode.think_close_ids, mode.think_end_id)
-    n = len(job.prompt_ids)
-    return (
-        group_key(job, -1) == key
-        and same_tokens
-        and n <= p
-        and n + m <= max_seq_len
-        and job.max_tokens <= m
-    )
