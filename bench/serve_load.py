@@ -14,7 +14,8 @@ thinking mode (the default), sampled at the server's defaults, `max_tokens`
 each. Reports p50/p99 request latency and generated tokens/s (completion
 tokens from `usage` over wall time) of both, their ratio, and ends with one
 JSON line. A bucket first met in the measured pass compiles there (it shows
-as a p99 outlier).
+as a p99 outlier). `joined` counts requests that joined a running sampler
+call's free slots (the continuous engine).
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def _measured(url, prompts, clients: int, requests: int, max_tokens: int) -> dic
     out["calls"] = calls
     out["rows_per_call"] = round((after["rows"] - before["rows"]) / max(calls, 1), 1)
     out["sampler_busy_s"] = round(after["busy_s"] - before["busy_s"], 2)
+    out["joined"] = after.get("joined", 0) - before.get("joined", 0)
     return out
 
 
@@ -162,7 +164,16 @@ def main() -> None:
             server.wait(30)
     speedup = loaded["tokens_per_s"] / serial["tokens_per_s"]
     print(f"warm-up (compiles) {warmup:.1f} s")
-    head = ("requests", "wall_s", "tokens_per_s", "p50_s", "p99_s", "calls", "rows_per_call")
+    head = (
+        "requests",
+        "wall_s",
+        "tokens_per_s",
+        "p50_s",
+        "p99_s",
+        "calls",
+        "rows_per_call",
+        "joined",
+    )
     print(f"{'run':<16}" + "".join(f"{h:>14}" for h in head + ("busy_s",)))
     for name, r in (("one at a time", serial), (f"{args.clients} concurrent", loaded)):
         print(f"{name:<16}" + "".join(f"{r[h]:>14}" for h in head + ("sampler_busy_s",)))

@@ -447,8 +447,7 @@ def generate(
                 reqs = occupant[done]
                 for k, v in rows.items():
                     table.out[k][reqs] = v[: len(done)]
-                table.cut(occupant[cut])
-                counters["cut"] += len(cut)
+                counters["cut"] += table.cut(reqs)
                 occupant[done] = -1
                 if on_finish is not None:
                     on_finish(reqs, _rollout(table.out, table.prompt_np, table.lengths, reqs))

@@ -81,12 +81,22 @@ class Table:
         self._grow(k)
         return range(n, n + k)
 
-    def cut(self, reqs) -> None:
-        """Clears the outputs of rows `reqs` past their `max_tokens` (rows cut early)."""
+    def cut(self, reqs) -> int:
+        """Cuts harvested rows `reqs` at their `max_tokens`; how many were longer.
+
+        A cut row reads as decoded alone with that length: nothing after it, and
+        truncated (a stop token past the limit does not count).
+        """
+        longer = 0
         for r in reqs:
             n = self.limit[r]
+            if self.out["completion_mask"][r].sum() <= n:
+                continue
+            longer += 1
             for key in ("completion_tokens", "logprobs", "forced_mask", "completion_mask"):
                 self.out[key][r, n:] = self.pad_id if key == "completion_tokens" else 0
+            self.out["stopped"][r] = False
+        return longer
 
 
 def limits(values, n: int, m: int) -> np.ndarray:

@@ -11,9 +11,11 @@ budgets per `reasoning_effort` come from `--budget_low/medium/high`
 `--warmup_prompt_tokens=N` compiles the decode ahead for prompts up to N
 tokens at every batch bucket (default sampling and `--max_tokens`); other
 shapes compile on first use (seconds each on CPU). `--engine=continuous`
-(default) decodes each batch in `--max_batch` slots refilled every
-`--chunk_steps` steps and answers a request as soon as its rows finish;
-`--engine=static` decodes a batch to its longest row.
+(default) decodes each batch in up to `--max_batch` slots refilled every
+`--chunk_steps` steps, from its own rows and from requests that arrive
+meanwhile, answers a request as soon as its rows finish and streams tokens
+every `--chunk_steps` steps; `--engine=static` decodes a batch to its
+longest row.
 """
 
 from __future__ import annotations

@@ -163,7 +163,8 @@ class Engine:
     ):
         """Compiles the decode for every batch bucket up to `max_batch` and every prompt
         bucket up to `prompt_len`, for one sampling method and `max_tokens` (the server's
-        defaults), before any request waits on a compile. Returns the number of calls."""
+        defaults), and the admission of joining requests into a full-size call, before
+        any request waits on a compile. Returns the number of calls."""
         buckets = sorted({decoding.prompt_bucket(n) for n in range(1, prompt_len + 1)})
         rows = sorted({hosts.pow2_bucket(n) for n in range(1, self.max_batch + 1)})
         calls = 0
@@ -171,12 +172,26 @@ class Engine:
             room = self.max_seq_len - p
             if room <= 0:
                 break
-            for b in rows:
-                length = tokens_bucket(min(max_tokens, room), room)
+            length = tokens_bucket(min(max_tokens, room), room)
+
+            def prompts(b: int, first: int = 0, p: int = p) -> list[list[int]]:
                 # Distinct prompts: the continuous sampler prefills each once.
-                prompts = [[mode.stop_ids[0]] * (p - 1) + [r] for r in range(b)]
-                self._sample(prompts, [mode] * b, method, length, self._key, lambda *_: None)
+                return [[mode.stop_ids[0]] * (p - 1) + [first + r] for r in range(b)]
+
+            for b in rows:
+                self._sample(prompts(b), [mode] * b, method, length, self._key, lambda *_: None)
                 calls += 1
+            # A call under load: one row, then joiners 1, 2, 4, ... at a time
+            # (the prefill of each count of joining prompts compiles once).
+            sizes = [0] + [b for b in rows if b < self.max_batch]  # none at the first poll
+
+            def more(room: int, sizes=sizes, prompts=prompts, length=length):
+                b = sizes.pop(0) if sizes and sizes[0] <= room else 0
+                return [(q, mode, length) for q in prompts(b, first=1 + 2 * b)]
+
+            hooks = {"more": more, "num_slots": self.max_batch, "prompt_bucket": p}
+            self._sample(prompts(1), [mode], method, length, self._key, lambda *_: None, **hooks)
+            calls += 1
         return calls
 
     def submit(self, job: Job, on_tokens: TokenSink | None = None) -> concurrent.futures.Future:
@@ -213,19 +228,21 @@ class Engine:
 
         A burst (clients answered together send their next requests together)
         becomes one call instead of a small one and a large one: under load
-        the batch waits for the previous batch's row count, then while jobs
-        keep arriving less than `batch_wait_s` apart, at most `WAIT_CAP` gaps
-        in all. After a batch of one job (no concurrent load) nothing waits:
-        the batch is whatever is queued already.
+        the batch waits for the previous batch's row count (or for the
+        requests the HTTP layer has admitted and not yet submitted, the start
+        of a burst), then while jobs keep arriving less than `batch_wait_s`
+        apart, at most `WAIT_CAP` gaps in all. A lone client (a batch of one
+        job before, no other admitted request) waits for nothing.
         """
         batch, rows = [first], first.job.n
-        wait = self.batch_wait_s if self._last_jobs > 1 else 0.0
+        expected = max(self._last_rows, self.active)
+        wait = self.batch_wait_s if self._last_jobs > 1 or expected > rows else 0.0
         deadline = time.monotonic() + WAIT_CAP * wait
         while rows < self.max_batch:
             left = deadline - time.monotonic()
-            # Under load, wait for as many rows as last time (the clients it
-            # answered come back), then for gaps shorter than `batch_wait_s`.
-            gap = left if rows < self._last_rows else min(wait, left)
+            # Under load, wait for as many rows as expected (the clients the
+            # last batch answered come back), then for gaps under `batch_wait_s`.
+            gap = left if rows < expected else min(wait, left)
             try:
                 item = self._get(gap)
             except queue.Empty:

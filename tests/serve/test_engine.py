@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from nemocascade.rollout import decoding, sampling_methods
+from nemocascade.rollout import continuous, decoding, sampling_methods
 from nemocascade.serve import engine as engine_lib
 from tests.serve import helpers
 
@@ -188,4 +188,34 @@ def test_a_seeded_sampled_call_takes_no_joiners(toy):
         eng.close()
         assert eng.stats["calls"] == 2 and eng.stats["joined"] == 0
     finally:
+        eng.close()
+
+
+def test_warmup_compiles_the_admission_of_joiners(toy):
+    model, params = toy
+    mode = model.mode("none")
+    eng = _engine(model, params)
+    try:
+        assert eng.warmup(mode, GREEDY, max_tokens=16, prompt_len=16) == 4  # 3 sizes + joining
+        sizes = (continuous._admit_jit._cache_size(), continuous._chunk_jit._cache_size())
+        for _ in range(4):  # a loaded call: 4 slots; requests join it one by one
+            eng.acquire()
+        started, go = threading.Event(), threading.Event()
+
+        def hold(k, ids):
+            started.set()
+            assert go.wait(60)
+
+        prompt = (mode.stop_ids[0],) * 15 + (77,)
+        first = eng.submit(engine_lib.Job(prompt, mode, GREEDY, max_tokens=16), hold)
+        assert started.wait(300)
+        later = [eng.submit(engine_lib.Job(prompt[:-1] + (78,), mode, GREEDY, max_tokens=4))]
+        go.set()
+        later[0].result(timeout=300)
+        first.result(timeout=300)
+        eng.close()
+        assert eng.stats["joined"] == 1
+        assert (continuous._admit_jit._cache_size(), continuous._chunk_jit._cache_size()) == sizes
+    finally:
+        go.set()
         eng.close()
