@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from nemocascade import config as config_lib
 from nemocascade.kernels.fused_logprob import api as fused_logprob_api
-from nemocascade.model import presets, transformer
+from nemocascade.model import kv_cache, presets, transformer
 from nemocascade.rollout import decoding, sampling_methods
 from nemocascade.sharding import mesh as mesh_lib, rules as rules_lib
 from nemocascade.trainer import optimizer, state as state_lib, step as step_lib
@@ -142,11 +142,12 @@ def test_rl_step_lowers_on_pod_mesh(preset, mesh_shape):
 
 def abstract_cache(model, batch: int, length: int, mesh, rules):
     shapes = jax.eval_shape(lambda: transformer.init_cache(model, batch, length))
-    return {
-        k: _sharded(a.shape, a.dtype, NamedSharding(mesh, rules_lib.spec(names, rules)))
-        for k, names in transformer.CACHE_LOGICAL_AXES.items()
-        for a in [shapes[k]]
-    }
+    return kv_cache.map_with_axes(
+        lambda a, names: _sharded(
+            a.shape, a.dtype, NamedSharding(mesh, rules_lib.spec(names, rules))
+        ),
+        shapes,
+    )
 
 
 def lower_sampler(preset: str, mesh_shape):

@@ -19,7 +19,7 @@ from nemocascade.kernels.attention import (
     decode as attention_decode,
     sharded as attention_sharded,
 )
-from nemocascade.model import presets, swiglu
+from nemocascade.model import kv_cache, presets, swiglu
 
 
 def dtype_of(name: str):
@@ -120,7 +120,7 @@ class Attention(nn.Module):
     per_row_cache: bool = False  # q_slot_bt differs per row (one write slot each)
 
     @nn.compact
-    def __call__(self, x_btd, positions_bt, q_slot_bt, q_seg_bt, cache=None, layer=0):
+    def __call__(self, x_btd, positions_bt, q_slot_bt, q_seg_bt, cache=None, layer=None):
         cfg = self.cfg
         n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         d = cfg.d_model
@@ -144,36 +144,12 @@ class Attention(nn.Module):
         k_btkh = constrain(rope(k_btkh, positions_bt, cfg.rope_theta), _ACT_KV)
         v_btkh = constrain(v_btkh, _ACT_KV)
 
-        if not cache:
-            new_cache = cache
-        elif self.per_row_cache:
-            # Each row writes its own slots (a scatter over [B, T] indices).
-            rows_bt = jnp.broadcast_to(jnp.arange(q_slot_bt.shape[0])[:, None], q_slot_bt.shape)
-            new_cache = {
-                name: cache[name].at[layer, rows_bt, q_slot_bt].set(new.astype(cache[name].dtype))
-                for name, new in (("k", k_btkh), ("v", v_btkh), ("seg", q_seg_bt))
-            }
+        if cache:
+            new_cache = kv_cache.write(
+                cache, layer, k_btkh, v_btkh, q_seg_bt, q_slot_bt, per_row=self.per_row_cache
+            )
         else:
-            # Write only the new tokens' slots of this layer into the full
-            # [L, B, S, ...] cache; the cache is carried through the layer scan
-            # and donated by the sampler, so the update happens in place.
-            start = q_slot_bt[0, 0]
-            zero = jnp.zeros((), jnp.int32)
-            new_cache = {
-                "k": jax.lax.dynamic_update_slice(
-                    cache["k"],
-                    k_btkh.astype(cache["k"].dtype)[None],
-                    (layer, zero, start, zero, zero),
-                ),
-                "v": jax.lax.dynamic_update_slice(
-                    cache["v"],
-                    v_btkh.astype(cache["v"].dtype)[None],
-                    (layer, zero, start, zero, zero),
-                ),
-                "seg": jax.lax.dynamic_update_slice(
-                    cache["seg"], q_seg_bt.astype(cache["seg"].dtype)[None], (layer, zero, start)
-                ),
-            }
+            new_cache = cache
         attend = functools.partial(
             attention_api.attention,
             implementation=cfg.attention_impl,
@@ -182,9 +158,15 @@ class Attention(nn.Module):
         )
         if cache:
             # Reads only the filled part of this layer's cache (length buckets).
-            filled = jnp.max(q_slot_bt) + 1 if self.per_row_cache else start + q_btnh.shape[1]
+            filled = jnp.max(q_slot_bt) + 1
             out_btnh = attention_decode.attention(
-                attend, q_btnh, q_slot_bt, q_seg_bt, new_cache, layer, filled
+                attend,
+                q_btnh,
+                q_slot_bt,
+                q_seg_bt,
+                functools.partial(kv_cache.read, new_cache, layer),
+                kv_cache.length(new_cache),
+                filled,
             )
         else:
             out_btnh = attend(q_btnh, k_btkh, v_btkh, q_slot_bt, q_seg_bt, q_slot_bt, q_seg_bt)

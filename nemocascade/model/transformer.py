@@ -15,9 +15,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from nemocascade.model import layers, presets
+from nemocascade.model import kv_cache, layers, presets
 
-Cache = dict[str, jax.Array]  # {"k": [L,B,S,K,H], "v": [L,B,S,K,H], "seg": [L,B,S]}
+Cache = kv_cache.Cache
 
 _REMAT = {
     "full": jax.checkpoint_policies.nothing_saveable,
@@ -95,10 +95,10 @@ class Transformer(nn.Module):
                 Block, policy=_REMAT[cfg.remat_policy], prevent_cse=not cfg.scan_layers
             )
         args = (positions_bt, q_slot_bt, segment_ids_bt)
-        # The whole [L, ...] cache rides in the carry: each layer writes only
-        # its new slots, so a decode step never copies the cache.
-        carry = (x_btd, {} if cache is None else cache)
         if cfg.scan_layers:
+            # The whole [L, ...] cache rides in the carry: each layer writes only
+            # its new slots, so a decode step never copies the cache.
+            carry = (x_btd, {} if cache is None else cache)
             stack = nn.scan(
                 block,
                 variable_axes={"params": 0},
@@ -107,11 +107,17 @@ class Transformer(nn.Module):
                 length=cfg.num_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )(cfg, per_row, name="layers")
-            carry, _ = stack(carry, jnp.arange(cfg.num_layers, dtype=jnp.int32), *args)
+            (x_btd, new_cache), _ = stack(carry, jnp.arange(cfg.num_layers, dtype=jnp.int32), *args)
         else:
+            # Each layer reads and writes its own cache arrays (`kv_cache` layout).
+            new_layers = []
             for i in range(cfg.num_layers):
-                carry, _ = block(cfg, per_row, name=f"layer_{i}")(carry, jnp.int32(i), *args)
-        x_btd, new_cache = carry
+                layer_cache = {} if cache is None else kv_cache.layer_cache(cache, i)
+                (x_btd, layer_cache), _ = block(cfg, per_row, name=f"layer_{i}")(
+                    (x_btd, layer_cache), None, *args
+                )
+                new_layers.append(layer_cache)
+            new_cache = tuple(new_layers) if cache is not None else None
         new_cache = new_cache or None
         hidden = layers.RMSNorm(cfg.rms_eps, cfg.dtype, cfg.param_dtype, name="final_norm")(x_btd)
         if not cfg.tie_embeddings:
@@ -135,21 +141,8 @@ def unembedding(params: Any, cfg: presets.ModelConfig) -> jax.Array:
 
 
 def init_cache(cfg: presets.ModelConfig, batch: int, max_len: int, dtype=None) -> Cache:
-    """An empty KV cache: every slot is padding (segment 0) until written."""
-    dtype = dtype or layers.dtype_of(cfg.dtype)
-    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    return {
-        "k": jnp.zeros(shape, dtype),
-        "v": jnp.zeros(shape, dtype),
-        "seg": jnp.zeros((cfg.num_layers, batch, max_len), jnp.int32),
-    }
-
-
-CACHE_LOGICAL_AXES = {
-    "k": ("layers", "cache_batch", "cache_len", "cache_kv_heads", None),
-    "v": ("layers", "cache_batch", "cache_len", "cache_kv_heads", None),
-    "seg": ("layers", "cache_batch", "cache_len"),
-}
+    """An empty KV cache (`kv_cache` layout): every slot is padding until written."""
+    return kv_cache.init(cfg, batch, max_len, dtype or layers.dtype_of(cfg.dtype))
 
 
 def init_params(cfg: presets.ModelConfig, rng: jax.Array, seq_len: int = 8):

@@ -61,7 +61,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nemocascade.model import presets, transformer
+from nemocascade.model import kv_cache, presets, transformer
 from nemocascade.rollout import decode_step, decoding, request_table, sampling_methods
 from nemocascade.sharding import hosts, rules as rules_lib
 
@@ -128,9 +128,7 @@ def _admit(
             cache=transformer.init_cache(cfg, u, p),
             cache_index=0,
         )
-    cache = {
-        k: slots.cache[k].at[:, dst_f, :p].set(fresh[k][:, src_f], mode="drop") for k in slots.cache
-    }
+    cache = kv_cache.copy_rows(slots.cache, dst_f, fresh, src_f, p)
 
     def put(buf, val):
         val = jnp.broadcast_to(jnp.asarray(val, buf.dtype), dst_f.shape + buf.shape[1:])

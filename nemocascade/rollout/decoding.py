@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nemocascade.model import presets, transformer
+from nemocascade.model import kv_cache, presets, transformer
 from nemocascade.rollout import decode_step, sampling_methods
 from nemocascade.sharding import hosts, rules as rules_lib
 
@@ -212,11 +212,12 @@ def _allocate_cache(model_cfg, batch: int, length: int, mesh, rules):
     abstract = jax.eval_shape(lambda: transformer.init_cache(model_cfg, batch, length))
     if mesh is None:
         return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract)
-    shardings = {
-        k: jax.sharding.NamedSharding(mesh, rules_lib.spec(names, rules))
-        for k, names in transformer.CACHE_LOGICAL_AXES.items()
-    }
-    return {k: jnp.zeros(a.shape, a.dtype, device=shardings[k]) for k, a in abstract.items()}
+
+    def zeros(a, names):
+        sharding = jax.sharding.NamedSharding(mesh, rules_lib.spec(names, rules))
+        return jnp.zeros(a.shape, a.dtype, device=sharding)
+
+    return kv_cache.map_with_axes(zeros, abstract)
 
 
 def _per_row(value: int | None | Sequence[int | None], n: int, name: str) -> np.ndarray:
@@ -296,7 +297,7 @@ def generate(
     no budget); a budget needs `think_close_ids` (forced tokens) and
     `think_end_id` (the `</think>` id that closes the block naturally). With a
     `mesh`, params must already live on it; the batch is sharded over the
-    data-parallel axes and the cache by `transformer.CACHE_LOGICAL_AXES` under
+    data-parallel axes and the cache by the logical axes of `kv_cache.map_with_axes` under
     `rules` (default: the "decode" preset). On a multi-process mesh every
     process passes its own prompts and gets its own rows back; the processes
     agree on one prompt bucket and local batch bucket first.

@@ -277,9 +277,9 @@ def test_bucket_sizes_halve_to_aligned_prefixes():
 def test_bucketed_cache_read_equals_whole_cache(t):
     rng = np.random.default_rng(3)
     layers, b, s = 2, 2, 512
-    cache = {
-        "k": jnp.asarray(rng.normal(size=(layers, b, s, K, H)), jnp.float32),
-        "v": jnp.asarray(rng.normal(size=(layers, b, s, K, H)), jnp.float32),
+    cache = {  # the KV cache's heads-major layout, [L, B, K, S, H]
+        "k": jnp.asarray(rng.normal(size=(layers, b, K, s, H)), jnp.float32),
+        "v": jnp.asarray(rng.normal(size=(layers, b, K, s, H)), jnp.float32),
     }
     slots = np.arange(s)
     attend = functools.partial(api.attention, implementation="xla")
@@ -289,9 +289,14 @@ def test_bucketed_cache_read_equals_whole_cache(t):
         q_slot = jnp.broadcast_to(filled - t + jnp.arange(t, dtype=jnp.int32), (b, t))
         q_seg = jnp.ones((b, t), jnp.int32)
         c = dict(cache, seg=seg_lbs)
-        out = decode.attention(attend, q, q_slot, q_seg, c, jnp.int32(1), filled, min_bucket=128)
+
+        def read(size):  # layer 1's first `size` slots
+            return c["k"][1, :, :, :size], c["v"][1, :, :, :size], c["seg"][1, :, :size]
+
+        out = decode.attention(attend, q, q_slot, q_seg, read, s, filled, min_bucket=128)
         k_slot = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
-        ref = reference.attention(q, c["k"][1], c["v"][1], q_slot, q_seg, k_slot, seg_lbs[1])
+        k_bskh, v_bskh = (jnp.swapaxes(c[n][1], 1, 2) for n in ("k", "v"))
+        ref = reference.attention(q, k_bskh, v_bskh, q_slot, q_seg, k_slot, seg_lbs[1])
         return out, ref
 
     for filled in (4 + t, 100, 128, 129, 300, 511, 512):  # every query sees a key

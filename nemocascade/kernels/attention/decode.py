@@ -21,6 +21,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from nemocascade.kernels.attention import reference
+
 # Caches up to 1024 slots (the tiny and small presets' max_seq_len) keep one bucket, so
 # their decode numerics are exactly those of whole-cache attention.
 MIN_BUCKET = 1024
@@ -43,38 +45,42 @@ def attention(
     q_btnh,
     q_slot_bt,
     q_seg_bt,
-    cache: dict[str, jax.Array],
-    layer,
+    read: Callable[[int], tuple[jax.Array, jax.Array, jax.Array]],
+    cache_len: int,
     filled,
     *,
     min_bucket: int = MIN_BUCKET,
 ) -> jax.Array:
-    """`attend(q, k, v, q_slot, q_seg, k_slot, k_seg)` over the smallest filled-prefix bucket.
+    """Attention of this step's queries over the smallest filled-prefix bucket of a layer's cache.
 
     Args:
-      attend: the attention implementation (e.g. a partial of `api.attention`).
-      cache: `{"k", "v": [L, B, S, K, H], "seg": [L, B, S]}`, this step's tokens written.
-      layer: traced layer index into the cache.
+      attend: the attention implementation, `attend(q, k_bskh, v_bskh, q_slot,
+        q_seg, k_slot, k_seg)` (e.g. a partial of `api.attention`); used for
+        multi-token calls (prefill). One-token decode steps run
+        `reference.attention_heads_major` on the cache's own layout.
+      read: `read(size) -> (k_bksh, v_bksh, seg_bs)`, the layer's first `size`
+        cache slots (this step's tokens written).
+      cache_len: slots per row of the cache.
       filled: traced scalar, number of cache slots written so far (incl. this step's).
     """
-    _, b, s, k, h = cache["k"].shape
-    sizes = bucket_sizes(s, min_bucket)
-    zero = jnp.zeros((), jnp.int32)
+    b, t = q_slot_bt.shape
+    sizes = bucket_sizes(cache_len, min_bucket)
 
     def branch(size):
         # The slice is taken inside the branch, so only `size` slots are read.
-        def run(q, q_slot, q_seg, cache_k, cache_v, cache_seg, layer):
-            start = (layer, zero, zero, zero, zero)
-            k_bskh = jax.lax.dynamic_slice(cache_k, start, (1, b, size, k, h))[0]
-            v_bskh = jax.lax.dynamic_slice(cache_v, start, (1, b, size, k, h))[0]
-            k_seg_bs = jax.lax.dynamic_slice(cache_seg, start[:3], (1, b, size))[0]
+        def run():
+            k_bksh, v_bksh, k_seg_bs = read(size)
             k_slot_bs = jnp.broadcast_to(jnp.arange(size, dtype=jnp.int32), (b, size))
-            return attend(q, k_bskh, v_bskh, q_slot, q_seg, k_slot_bs, k_seg_bs)
+            if t == 1:
+                return reference.attention_heads_major(
+                    q_btnh, k_bksh, v_bksh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs
+                )
+            k_bskh, v_bskh = jnp.swapaxes(k_bksh, 1, 2), jnp.swapaxes(v_bksh, 1, 2)
+            return attend(q_btnh, k_bskh, v_bskh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs)
 
         return run
 
-    operands = (q_btnh, q_slot_bt, q_seg_bt, cache["k"], cache["v"], cache["seg"], layer)
     if len(sizes) == 1:
-        return branch(s)(*operands)
+        return branch(cache_len)()
     index = sum((filled > size).astype(jnp.int32) for size in sizes[:-1])
-    return jax.lax.switch(index, [branch(size) for size in sizes], *operands)
+    return jax.lax.switch(index, [branch(size) for size in sizes])

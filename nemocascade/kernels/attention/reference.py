@@ -29,17 +29,32 @@ def mask_bts(q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs) -> jax.Array:
 
 def attention(q_btnh, k_bskh, v_bskh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs) -> jax.Array:
     """`[B, T, N, H]` attention output in `v`'s dtype (see module docstring)."""
+    return _attention("bskh", q_btnh, k_bskh, v_bskh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs)
+
+
+def attention_heads_major(
+    q_btnh, k_bksh, v_bksh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs
+) -> jax.Array:
+    """`attention` with keys and values laid out `[B, K, S, H]` (the KV cache's layout)."""
+    return _attention("bksh", q_btnh, k_bksh, v_bksh, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs)
+
+
+def _attention(kv: str, q_btnh, k, v, q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs) -> jax.Array:
     b, t, n, h = q_btnh.shape
-    k = k_bskh.shape[2]
-    q_btkgh = q_btnh.reshape(b, t, k, n // k, h)
+    num_kv = k.shape[kv.index("k")]
+    q_btkgh = q_btnh.reshape(b, t, num_kv, n // num_kv, h)
     scores = jnp.einsum(
-        "btkgh,bskh->bkgts",
+        f"btkgh,{kv}->bkgts",
         q_btkgh,
-        k_bskh.astype(q_btkgh.dtype),
+        k.astype(q_btkgh.dtype),
         preferred_element_type=jnp.float32,
     ) * (h**-0.5)
     mask = mask_bts(q_slot_bt, q_seg_bt, k_slot_bs, k_seg_bs)
     scores = jnp.where(mask[:, None, None], scores, NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v_bskh.dtype)
-    out_btkgh = jnp.einsum("bkgts,bskh->btkgh", probs, v_bskh.astype(probs.dtype))
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    if kv == "bksh":
+        # [B, K] batch dims on both sides: a plain batched matmul on the cache's layout.
+        out_bkgth = jnp.einsum("bkgts,bksh->bkgth", probs, v.astype(probs.dtype))
+        return jnp.transpose(out_bkgth, (0, 3, 1, 2, 4)).reshape(b, t, n, h)
+    out_btkgh = jnp.einsum(f"bkgts,{kv}->btkgh", probs, v.astype(probs.dtype))
     return out_btkgh.reshape(b, t, n, h)
