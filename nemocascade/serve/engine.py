@@ -138,6 +138,7 @@ class Engine:
             "skipped": 0,
             "tokens": 0,
             "busy_s": 0.0,
+            "host_cpu_s": 0.0,
         }
         self._thread = threading.Thread(target=self._loop, name="serve-engine", daemon=True)
         self._thread.start()
@@ -235,11 +236,11 @@ class Engine:
         job before, no other admitted request) waits for nothing.
         """
         batch, rows = [first], first.job.n
-        expected = max(self._last_rows, self.active)
-        wait = self.batch_wait_s if self._last_jobs > 1 or expected > rows else 0.0
+        wait = self.batch_wait_s if self._last_jobs > 1 or self.active > rows else 0.0
         deadline = time.monotonic() + WAIT_CAP * wait
         while rows < self.max_batch:
             left = deadline - time.monotonic()
+            expected = max(self._last_rows, self.active)  # grows while a burst arrives
             # Under load, wait for as many rows as expected (the clients the
             # last batch answered come back), then for gaps under `batch_wait_s`.
             gap = left if rows < expected else min(wait, left)
@@ -285,15 +286,19 @@ class Engine:
 
         Taken in order while their rows fit `room`; the first job that cannot
         join is held for the next call and ends joining (no job waits behind
-        an endless stream of joiners). Waits up to `wait` seconds for a first one.
+        an endless stream of joiners). With `wait` > 0 (an emptied call under
+        load) they are collected like a batch (`_collect`): up to `WAIT_CAP`
+        gaps for the first, then while they arrive less than `wait` apart.
         """
         taken, rows = [], 0
+        deadline = time.monotonic() + WAIT_CAP * wait
         while rows < room and not self._held:
+            left = deadline - time.monotonic()
+            gap = left if not taken else min(wait, left)
             try:
-                item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+                item = self._queue.get(timeout=gap) if gap > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break
-            wait = 0.0
             if item is None or not jobs_lib.fits(item.job, key, mode, p, m, self.max_seq_len):
                 self._held.append(item)
                 break
@@ -339,8 +344,8 @@ class Engine:
                     self.stats["resized"] += not resized
                     resized.append(True)
                     return []
-                # Under load an emptied call waits a moment for the clients it
-                # answered to come back, rather than ending and starting anew.
+                # Under load an emptied call waits for the clients it answered
+                # to come back, rather than ending and starting anew.
                 wait = self.batch_wait_s if room >= capacity and self._last_jobs > 1 else 0.0
                 rows = []
                 for p in self._joiners(key, first.mode, bucket, length, room, wait):
@@ -350,9 +355,10 @@ class Engine:
 
             resized: list[bool] = []
             hooks.update(more=more, prompt_bucket=bucket, num_slots=slots)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         self._sample(prompts, modes, first.method, length, rng, call.finish, **hooks)
         self.stats["busy_s"] += time.perf_counter() - t0
+        self.stats["host_cpu_s"] += time.thread_time() - cpu0  # the worker's own Python time
         self.stats["calls"] += 1
         self.stats["rows"] += len(call.owner)
         self.stats["jobs"] += len(call.jobs)

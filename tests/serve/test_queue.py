@@ -83,6 +83,8 @@ def test_full_queue_503_disconnect_frees_its_slot_and_waiting_requests_batch(gat
     assert all(results[k].status_code == 200 for k in ("a", "d1", "d2"))
     answers = {results[k].json()["choices"][0]["message"]["content"] for k in ("a", "d1", "d2")}
     assert len(answers) == 1  # same greedy request, same answer
+    # A call's counters are updated when it returns (it may wait a moment for joiners).
+    _until(lambda: httpx.get(f"{s.url}/health").json()["engine"]["calls"] == 2)
     stats = httpx.get(f"{s.url}/health").json()
     # a's call was sized for a alone: d1 and d2 did not join it (it drained) and
     # shared the next call; b was skipped, never sampled.
