@@ -1,0 +1,57 @@
+"""The Cascade 2 order at toy sizes: interrupted in MOPD, resumed, teachers from its own chain."""
+
+import json
+import os
+
+import pytest
+
+from nemocascade import checkpointing, config as config_lib, stage_registry
+from nemocascade.trainer import cascade
+from nemocascade.trainer.onpolicy import parts
+from tests.trainer import cascade_toy
+
+STAGES = stage_registry.ORDERS["c2"]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_c2_toy_cascade_interrupted_in_mopd_and_resumed(tmp_path, monkeypatch):
+    workdir = str(tmp_path)
+    cfg = cascade_toy.config("tiny_c2", STAGES)
+    assert cfg.cascade.order == "c2"
+    mopd_dir = os.path.join(workdir, "mopd")
+
+    # MOPD dies at its second rollout, after its first checkpoint.
+    real = parts.groups.sample_groups
+
+    def dying(*args, **kwargs):
+        if os.path.exists(os.path.join(mopd_dir, "checkpoints")):
+            raise Interrupted()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(parts.groups, "sample_groups", dying)
+    with pytest.raises(Interrupted):
+        cascade.run(cfg, workdir)
+    before = STAGES[: STAGES.index("mopd")]
+    for stage in before:
+        assert checkpointing.is_done(os.path.join(workdir, stage)), stage
+    assert not checkpointing.is_done(mopd_dir)
+    assert not os.path.exists(os.path.join(workdir, "rm"))
+
+    # The same command again finishes the chain.
+    monkeypatch.setattr(parts.groups, "sample_groups", real)
+    cascade.run(cfg, workdir)
+    for stage in STAGES:
+        assert checkpointing.is_done(os.path.join(workdir, stage)), stage
+
+    # MOPD's teachers are finished policy stages of this chain, one per domain it trains.
+    with open(os.path.join(mopd_dir, "config.json")) as f:
+        rl = json.load(f)["rl"]
+    teachers = config_lib.parse_teachers(rl["teachers"])
+    assert set(teachers) == set(rl["domains"]), (teachers, rl["domains"])
+    assert set(teachers.values()) <= {os.path.join(workdir, s) for s in before}, teachers
+    with open(os.path.join(workdir, "report.md")) as f:
+        report = f.read()
+    assert all(f"| {stage} | `" in report for stage in STAGES), report
