@@ -46,7 +46,11 @@ requests (up to `max_batch`) and a prompt bucket that fits the recent
 `RECENT_PROMPTS` prompts; a lone request decodes in one slot at its own
 bucket. A call with fewer slots than admitted requests (a burst after a
 quiet spell) takes no joiners: it drains, and the next call takes the
-waiting jobs with slots for all of them (`stats["resized"]`). Joined rows
+waiting jobs with slots for all of them; so does a call with four times
+more slots than admitted requests (the load fell: a lone client after a
+burst must not pay for a full-size decode step), `stats["resized"]`. Under load
+a call whose rows have all finished collects the returning clients' jobs
+like a new batch (`_joiners` with a wait) instead of ending. Joined rows
 get the tokens they would get alone: greedy needs no RNG, and a sampled
 row's key depends only on its index in the call.
 
@@ -338,9 +342,10 @@ class Engine:
             capacity = hosts.pow2_bucket(slots, cap=self.max_batch)
 
             def more(room: int):
-                if capacity < self.max_batch and self.active > capacity:
-                    # More requests than this call has slots: let it drain, so
-                    # that the next call is sized for the load (`stats["resized"]`).
+                load = self.active
+                if (capacity < self.max_batch and load > capacity) or load * 4 <= capacity:
+                    # More requests than this call has slots, or far fewer: let it
+                    # drain, so that the next call is sized for the load.
                     self.stats["resized"] += not resized
                     resized.append(True)
                     return []

@@ -219,3 +219,34 @@ def test_warmup_compiles_the_admission_of_joiners(toy):
     finally:
         go.set()
         eng.close()
+
+
+def test_a_call_sized_for_a_burst_takes_no_joiners_once_the_load_falls(toy):
+    model, params = toy
+    mode = model.mode("none")
+    prompt = tuple(mode.prompt(model.tok, [{"role": "user", "content": "Say hi."}]))
+    started, go = threading.Event(), threading.Event()
+
+    def hold(k, ids):
+        started.set()
+        assert go.wait(60)
+
+    eng = _engine(model, params)
+    try:
+        for _ in range(4):  # a burst: the call gets 4 slots
+            eng.acquire()
+        first = eng.submit(engine_lib.Job(prompt, mode, GREEDY, max_tokens=40), hold)
+        assert started.wait(300)
+        for _ in range(3):  # the burst is answered: one admitted request is left
+            eng.release()
+        lone = eng.submit(engine_lib.Job(prompt, mode, GREEDY, max_tokens=6))
+        go.set()
+        lone.result(timeout=300)
+        first.result(timeout=300)
+        eng.close()
+        # The lone request waited for a call of its own size instead of joining.
+        assert eng.stats["calls"] == 2 and eng.stats["joined"] == 0
+        assert eng.stats["resized"] == 1
+    finally:
+        go.set()
+        eng.close()
