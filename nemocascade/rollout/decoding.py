@@ -220,7 +220,8 @@ def _allocate_cache(model_cfg, batch: int, length: int, mesh, rules):
     return kv_cache.map_with_axes(zeros, abstract)
 
 
-def _per_row(value: int | None | Sequence[int | None], n: int, name: str) -> np.ndarray:
+def per_row_budget(value: int | None | Sequence[int | None], n: int, name: str) -> np.ndarray:
+    """`n` int32 budgets from one value or one per row (None = `NO_BUDGET`); `name` in errors."""
     values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value] * n
     if len(values) != n:
         raise ValueError(f"{name} has {len(values)} entries for {n} prompts")
@@ -254,8 +255,8 @@ def request_arrays(
             f"longest prompt ({lengths.max()}) + max_new_tokens ({max_new_tokens}) exceeds "
             f"model.max_seq_len={model_cfg.max_seq_len}"
         )
-    budget = _per_row(thinking_budget, n, "thinking_budget")
-    answer = _per_row(answer_budget, n, "answer_budget")
+    budget = per_row_budget(thinking_budget, n, "thinking_budget")
+    answer = per_row_budget(answer_budget, n, "answer_budget")
     with_budget = bool((budget < NO_BUDGET).any())
     if with_budget and (not think_close_ids or think_end_id is None):
         raise ValueError("a thinking_budget needs think_close_ids and think_end_id")

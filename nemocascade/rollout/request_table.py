@@ -68,8 +68,9 @@ class Table:
                     f"a joining prompt of {len(q)} tokens does not fit the call's prompt bucket "
                     f"{self.p} and max_new_tokens {self.m} (model.max_seq_len={max_seq_len})"
                 )
-        budget = decoding._per_row([r.thinking_budget for r in requests], k, "thinking_budget")
-        answer = decoding._per_row([r.answer_budget for r in requests], k, "answer_budget")
+        thinking = [r.thinking_budget for r in requests]
+        budget = decoding.per_row_budget(thinking, k, "thinking_budget")
+        answer = decoding.per_row_budget([r.answer_budget for r in requests], k, "answer_budget")
         if not budgets_allowed and (budget < decoding.NO_BUDGET).any():
             raise ValueError("a joining thinking_budget needs think_close_ids and think_end_id")
         self.prompt_np = np.concatenate([self.prompt_np, self._left_padded(prompts)])
