@@ -19,7 +19,7 @@ from nemocascade.kernels.attention import (
     decode as attention_decode,
     sharded as attention_sharded,
 )
-from nemocascade.model import kv_cache, presets, swiglu
+from nemocascade.model import kv_cache, presets, rmsnorm, swiglu
 
 
 def dtype_of(name: str):
@@ -38,6 +38,7 @@ class RMSNorm(nn.Module):
     dtype: str
     param_dtype: str
     axis_name: str = "norm"
+    written_backward: bool = False  # `rmsnorm.rms_norm` (the q/k norms)
 
     @nn.compact
     def __call__(self, x):
@@ -47,6 +48,8 @@ class RMSNorm(nn.Module):
             (x.shape[-1],),
             dtype_of(self.param_dtype),
         )
+        if self.written_backward:
+            return rmsnorm.rms_norm(x, scale, self.eps, dtype_of(self.dtype))
         x32 = x.astype(jnp.float32)
         y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
         return (y * scale.astype(jnp.float32)).astype(dtype_of(self.dtype))
@@ -134,12 +137,11 @@ class Attention(nn.Module):
             "btd,dkh->btkh", (d, k, h), ("embed", "kv_heads", "head_dim"), cfg, name="v_proj"
         )(x_btd)
         if cfg.qk_norm:
-            q_btnh = RMSNorm(cfg.rms_eps, cfg.dtype, cfg.param_dtype, "head_dim", name="q_norm")(
-                q_btnh
+            head_norm = functools.partial(
+                RMSNorm, cfg.rms_eps, cfg.dtype, cfg.param_dtype, "head_dim", True
             )
-            k_btkh = RMSNorm(cfg.rms_eps, cfg.dtype, cfg.param_dtype, "head_dim", name="k_norm")(
-                k_btkh
-            )
+            q_btnh = head_norm(name="q_norm")(q_btnh)
+            k_btkh = head_norm(name="k_norm")(k_btkh)
         q_btnh = constrain(rope(q_btnh, positions_bt, cfg.rope_theta), _ACT_Q)
         k_btkh = constrain(rope(k_btkh, positions_bt, cfg.rope_theta), _ACT_KV)
         v_btkh = constrain(v_btkh, _ACT_KV)
