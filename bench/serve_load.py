@@ -61,11 +61,12 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _start(stage_dir, port, max_batch, wait_ms, max_tokens, engine):
+def _start(stage_dir, port, max_batch, wait_ms, max_tokens, engine, chunk_steps):
     cmd = [
         sys.executable, "-m", "nemocascade.serve", f"--workdir={stage_dir}", f"--port={port}",
         f"--max_batch={max_batch}", "--max_queue=1024", f"--batch_wait_ms={wait_ms}",
         "--warmup_prompt_tokens=64", f"--max_tokens={max_tokens}", f"--engine={engine}",
+        f"--chunk_steps={chunk_steps}",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     deadline = time.monotonic() + 300  # the warm-up compiles first
@@ -137,6 +138,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1, help="Unmeasured concurrent passes.")
     p.add_argument("--batch_wait_ms", type=float, default=20.0, help="The server's flag.")
     p.add_argument("--engine", default="continuous", help="The server's flag.")
+    p.add_argument("--chunk_steps", type=int, default=8, help="The server's flag.")
     args = p.parse_args()
 
     prompts = [
@@ -147,7 +149,13 @@ def main() -> None:
         checkpointing.export_params(stage_dir, _random_params(presets.get_preset("tiny")))
         port = _port()
         server = _start(
-            stage_dir, port, args.clients, args.batch_wait_ms, args.max_tokens, args.engine
+            stage_dir,
+            port,
+            args.clients,
+            args.batch_wait_ms,
+            args.max_tokens,
+            args.engine,
+            args.chunk_steps,
         )
         url = f"http://127.0.0.1:{port}"
         try:
@@ -188,6 +196,7 @@ def main() -> None:
                 "requests_per_client": args.requests,
                 "max_tokens": args.max_tokens,
                 "engine": args.engine,
+                "chunk_steps": args.chunk_steps,
                 "serial": serial,
                 "concurrent": loaded,
                 "speedup": round(speedup, 2),

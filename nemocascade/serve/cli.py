@@ -30,6 +30,8 @@ from nemocascade import generate
 from nemocascade.data import chat_template, jinja_template, text
 from nemocascade.serve import app as app_lib, engine as engine_lib, protocol
 
+SERVE_CHUNK_STEPS = 8  # chosen with bench/serve_load.py (docs/benchmarks.md, "Serving load")
+
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
@@ -62,7 +64,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="continuous",
         help="continuous: slots refilled as rows finish; static: one batch per call.",
     )
-    p.add_argument("--chunk_steps", type=int, default=16, help="Decode steps between slot refills.")
+    # Serving refills slots more often than RL rollouts (continuous.DEFAULT_CHUNK_STEPS):
+    # a request joins, and a streamed delta leaves, at a chunk boundary.
+    p.add_argument(
+        "--chunk_steps", type=int, default=SERVE_CHUNK_STEPS, help="Decode steps between refills."
+    )
     p.add_argument("--max_queue", type=int, default=256, help="Admitted requests; more get 503.")
     p.add_argument(
         "--batch_wait_ms", type=float, default=20.0, help="Gap that ends a batch's collection."
