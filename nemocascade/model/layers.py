@@ -117,6 +117,9 @@ class Attention(nn.Module):
     code path: query at slot i may attend key at slot j iff j <= i, both lie in
     the same segment, and the key segment is not padding (0). The scores are
     computed by `kernels/attention/api.py` with `cfg.attention_impl`.
+
+    With a KV cache (`kv_cache` layout) `layer` is the traced index of this
+    layer in a stacked (scanned) cache, or None when `cache` is this layer's own.
     """
 
     cfg: presets.ModelConfig
