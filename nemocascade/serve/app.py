@@ -25,7 +25,6 @@ skips, and the slot is released at once.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -37,7 +36,7 @@ from collections.abc import Mapping
 from starlette import applications, exceptions, requests, responses, routing
 
 from nemocascade.rollout import modes as modes_lib
-from nemocascade.serve import engine as engine_lib, output, protocol
+from nemocascade.serve import engine as engine_lib, output, protocol, transport
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +64,6 @@ class Model:
         return modes_lib.get("thinking", self.tok, self.template, self.budgets[effort])
 
 
-class _ClientGone(Exception):
-    pass
-
-
 def _error(e: protocol.ApiError) -> responses.JSONResponse:
     return responses.JSONResponse(e.body(), status_code=e.status)
 
@@ -79,59 +74,6 @@ async def _body(request: requests.Request):
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise protocol.ApiError(400, f"malformed JSON body: {e}", None, "invalid_json") from None
-
-
-async def _disconnected(request: requests.Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _updates(futures, events: asyncio.Queue, request: requests.Request):
-    """("tokens", job, row, ids) items as the engine reports them, then ("results", results).
-
-    Raises `_ClientGone` (jobs cancelled) if the client disconnects first.
-    """
-    left = len(futures)
-    watch = asyncio.ensure_future(_disconnected(request))
-    try:
-        while left:
-            get = asyncio.ensure_future(events.get())
-            done, _ = await asyncio.wait({get, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if get not in done:
-                get.cancel()
-                for f in futures:
-                    f.cancel()
-                raise _ClientGone
-            item = get.result()
-            if item[0] == "done":
-                left -= 1
-            else:
-                yield item
-    finally:
-        watch.cancel()
-    yield ("results", [f.result() for f in futures])
-
-
-async def _wait(future: concurrent.futures.Future, request: requests.Request):
-    """The job's result, or `_ClientGone` (job cancelled) if the client disconnects first."""
-
-    async def gone():
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    result, watch = asyncio.wrap_future(future), asyncio.ensure_future(gone())
-    try:
-        done, _ = await asyncio.wait({result, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-    if result in done:
-        return result.result()
-    future.cancel()
-    raise _ClientGone
-
-
-def _sse(payload) -> str:
-    return f"data: {json.dumps(payload)}\n\n"
 
 
 class Routes:
@@ -193,7 +135,7 @@ class Routes:
 
     async def _collect(self, futures, request) -> list[list[engine_lib.Output]]:
         try:
-            return [await _wait(f, request) for f in futures]
+            return [await transport.wait(f, request) for f in futures]
         finally:
             for f in futures:
                 f.cancel()
@@ -201,7 +143,7 @@ class Routes:
     def _respond(self, jobs, request, build, stream_events):
         """JSON response, or an SSE stream; the slot is released when either ends.
 
-        `stream_events(updates)` turns `_updates` items into SSE strings.
+        `stream_events(updates)` turns `transport.updates` items into SSE strings.
         """
         queue = asyncio.Queue() if stream_events else None
         futures = self._submit(jobs, queue)
@@ -211,7 +153,7 @@ class Routes:
             async def whole():
                 try:
                     return responses.JSONResponse(build(await self._collect(futures, request)))
-                except _ClientGone:
+                except transport.ClientGone:
                     return responses.Response(status_code=499)
                 finally:
                     self.engine.release()
@@ -220,16 +162,16 @@ class Routes:
 
         async def events():
             try:
-                async for piece in stream_events(_updates(futures, queue, request)):
+                async for piece in stream_events(transport.updates(futures, queue, request)):
                     yield piece
                 yield "data: [DONE]\n\n"
-            except _ClientGone:
+            except transport.ClientGone:
                 return
             except protocol.ApiError as e:
-                yield _sse(e.body())
+                yield transport.sse(e.body())
             except Exception as e:  # the stream has started: report in-band
                 logging.exception("stream failed")
-                yield _sse(protocol.ApiError(500, f"internal error: {e}").body())
+                yield transport.sse(protocol.ApiError(500, f"internal error: {e}").body())
             finally:
                 for f in futures:
                     f.cancel()
@@ -301,13 +243,13 @@ class Routes:
 
             def sse(i, delta, finish_reason=None):
                 choice = {"index": i, "delta": delta, "finish_reason": finish_reason}
-                return _sse({**chunk, "choices": [choice]})
+                return transport.sse({**chunk, "choices": [choice]})
 
             first = [
                 {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
                 for i in range(s.n)
             ]
-            yield _sse({**chunk, "choices": first})
+            yield transport.sse({**chunk, "choices": first})
             streams = [output.Stream(stable) for _ in range(s.n)]
             async for item in updates:
                 if item[0] == "tokens":
@@ -327,7 +269,7 @@ class Routes:
                         yield sse(i, {name: piece})
                     yield sse(i, {}, finish(o, t))
                 if s.include_usage:
-                    yield _sse({**chunk, "choices": [], "usage": counts(outs)})
+                    yield transport.sse({**chunk, "choices": [], "usage": counts(outs)})
 
         return self._respond([job], request, build, stream if s.stream else None)
 
@@ -382,7 +324,7 @@ class Routes:
 
         def chunk(i, piece, finish_reason=None):
             c = {"index": i, "text": piece, "finish_reason": finish_reason, "logprobs": None}
-            return _sse({**head, "object": "text_completion", "choices": [c]})
+            return transport.sse({**head, "object": "text_completion", "choices": [c]})
 
         async def stream(updates):
             streams = [
@@ -410,7 +352,7 @@ class Routes:
                         yield chunk(i, piece)
                     yield chunk(i, "", finish(o, cut))
                 if s.include_usage:
-                    yield _sse(
+                    yield transport.sse(
                         {
                             **head,
                             "object": "text_completion",
