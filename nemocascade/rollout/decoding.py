@@ -220,6 +220,14 @@ def _allocate_cache(model_cfg, batch: int, length: int, mesh, rules):
     return kv_cache.map_with_axes(zeros, abstract)
 
 
+def left_padded(prompts: Sequence[Sequence[int]], rows: int, p: int, pad_id: int) -> np.ndarray:
+    """int32 `[rows, p]`: prompt i right-aligned in row i (slots `p - len .. p - 1`), rest pad."""
+    out = np.full((rows, p), pad_id, np.int32)
+    for i, q in enumerate(prompts):
+        out[i, p - len(q) :] = q
+    return out
+
+
 def per_row_budget(value: int | None | Sequence[int | None], n: int, name: str) -> np.ndarray:
     """`n` int32 budgets from one value or one per row (None = `NO_BUDGET`); `name` in errors."""
     values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value] * n
@@ -323,9 +331,7 @@ def generate(
         # Each process holds its own prompts: agree on one (P, local batch) shape.
         longest, rows = (int(v) for v in hosts.max_over_processes(np.array([longest, n])))
     p, b = prompt_bucket(longest), hosts.pow2_bucket(rows, dp)
-    prompt_bp = np.full((b, p), pad_id, np.int32)
-    for i, q in enumerate(prompts):
-        prompt_bp[i, p - len(q) :] = q
+    prompt_bp = left_padded(prompts, b, p, pad_id)
     pad_b = np.full((b,), p, np.int32)
     pad_b[:n] = p - lengths
     live_b = np.arange(b) < n

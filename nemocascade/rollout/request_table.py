@@ -34,7 +34,7 @@ class Table:
         self.p, self.m, self.pad_id = p, m, pad_id
         self.lengths, self.budget, self.answer = lengths, budget, answer
         self.limit = limits(limit, len(prompts), m)
-        self.prompt_np = self._left_padded(prompts)
+        self.prompt_np = decoding.left_padded(prompts, len(prompts), self.p, self.pad_id)
         self.out = {
             "completion_tokens": np.full((0, m), pad_id, np.int32),
             "logprobs": np.zeros((0, m), np.float32),
@@ -46,12 +46,6 @@ class Table:
 
     def __len__(self) -> int:
         return len(self.lengths)
-
-    def _left_padded(self, prompts) -> np.ndarray:
-        prompt_np = np.full((len(prompts), self.p), self.pad_id, np.int32)
-        for i, q in enumerate(prompts):
-            prompt_np[i, self.p - len(q) :] = q
-        return prompt_np
 
     def _grow(self, k: int) -> None:
         for key, buf in self.out.items():
@@ -73,7 +67,9 @@ class Table:
         answer = decoding.per_row_budget([r.answer_budget for r in requests], k, "answer_budget")
         if not budgets_allowed and (budget < decoding.NO_BUDGET).any():
             raise ValueError("a joining thinking_budget needs think_close_ids and think_end_id")
-        self.prompt_np = np.concatenate([self.prompt_np, self._left_padded(prompts)])
+        self.prompt_np = np.concatenate(
+            [self.prompt_np, decoding.left_padded(prompts, len(prompts), self.p, self.pad_id)]
+        )
         self.lengths = np.concatenate([self.lengths, [len(q) for q in prompts]]).astype(np.int32)
         self.budget = np.concatenate([self.budget, budget]).astype(np.int32)
         self.answer = np.concatenate([self.answer, answer]).astype(np.int32)

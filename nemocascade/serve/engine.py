@@ -341,13 +341,16 @@ class Engine:
             slots = min(self.max_batch, max(len(prompts), expected))
             capacity = hosts.pow2_bucket(slots, cap=self.max_batch)
 
+            resized = False
+
             def more(room: int):
+                nonlocal resized
                 load = self.active
                 if (capacity < self.max_batch and load > capacity) or load * 4 <= capacity:
                     # More requests than this call has slots, or far fewer: let it
                     # drain, so that the next call is sized for the load.
                     self.stats["resized"] += not resized
-                    resized.append(True)
+                    resized = True
                     return []
                 # Under load an emptied call waits for the clients it answered
                 # to come back, rather than ending and starting anew.
@@ -358,7 +361,6 @@ class Engine:
                     self.stats["joined"] += 1
                 return rows
 
-            resized: list[bool] = []
             hooks.update(more=more, prompt_bucket=bucket, num_slots=slots)
         t0, cpu0 = time.perf_counter(), time.thread_time()
         self._sample(prompts, modes, first.method, length, rng, call.finish, **hooks)

@@ -49,9 +49,7 @@ class Output:
 
 def group_key(job: Job, index: int) -> tuple:
     """Jobs with equal keys share a sampler call (see the module docstring)."""
-    if isinstance(job.method, sampling_methods.Greedy):
-        return (job.method,)
-    if job.seed is not None:
+    if job.seed is not None and not isinstance(job.method, sampling_methods.Greedy):
         return (job.method, "seed", index)
     return (job.method,)
 
@@ -116,12 +114,14 @@ class Call:
                 p.on_tokens(k, [int(x) for x in t[: min(int(n), p.job.max_tokens)]])
 
 
+def _special_ids(mode: modes_lib.Mode) -> tuple:
+    """The ids the sampler stops or forces on: one call serves one set of them."""
+    return mode.stop_ids, mode.think_close_ids, mode.think_end_id
+
+
 def fits(job: Job, key: tuple, mode: modes_lib.Mode, p: int, m: int, max_seq_len: int) -> bool:
     """Whether `job` can join a running call of `key`, prompt bucket p and m tokens."""
-    same_tokens = job.mode.stop_ids == mode.stop_ids and (
-        job.mode.think_close_ids,
-        job.mode.think_end_id,
-    ) == (mode.think_close_ids, mode.think_end_id)
+    same_tokens = _special_ids(job.mode) == _special_ids(mode)
     n = len(job.prompt_ids)
     return (
         group_key(job, -1) == key
