@@ -100,6 +100,7 @@ def decode(spec, params, cfg, prompts, batch: int) -> tuple[dict, object]:
 def grpo(spec) -> dict:
     """The RL stage through `nemocascade.main`; per-step times from its metrics.jsonl."""
     workdir = os.path.join(spec.workdir, "nemocascade", "rl")
+    rows = spec.prompts_per_step * spec.group_size
     cmd = [
         sys.executable,
         "-m",
@@ -114,7 +115,9 @@ def grpo(spec) -> dict:
         f"--config.rl.max_new_tokens={spec.grpo_new_tokens}",
         f"--config.rl.temperature={spec.temperature}",
         f"--config.optim.lr={spec.lr}",
-        f"--config.train.batch_size={spec.prompts_per_step * spec.group_size}",
+        f"--config.train.batch_size={rows}",
+        # The project's CPU default of 16 rows per micro-batch (configs/common.py).
+        f"--config.train.num_microbatches={max(1, rows // 16)}",
     ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=REPO)

@@ -15,7 +15,7 @@ STAGE2 = "configs/stage2_medium.py:tiny"
 # rollouts of 8 tokens, one-prompt evals on math/thinking only.
 TOY = (
     "model.d_model=32;model.num_layers=1;model.num_heads=2;model.num_kv_heads=1;"
-    "model.head_dim=16;model.d_ff=64;train.steps=2;train.batch_size=8;train.progress=False;"
+    "model.head_dim=16;model.d_ff=64;train.steps=2;train.batch_size=8;train.num_microbatches=1;train.progress=False;"
     "train.checkpoint_every=100;rl.prompts_per_step=2;rl.group_size=4;rl.eval_num=1;"
     "rl.max_new_tokens=8;rl.verifier_workers=0;rl.curriculum=();eval.num_per_domain=1;"
     "eval.max_new_tokens=8;eval.thinking_budget=4;eval.batch_size=8;"

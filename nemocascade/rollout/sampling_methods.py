@@ -95,10 +95,26 @@ def row_keys(rng: jax.Array, request_b: jax.Array, step_b: jax.Array) -> jax.Arr
     )
 
 
-def _categorical(rng: jax.Array, logits_bk: jax.Array) -> jax.Array:
+def _draw(rng: jax.Array, logp_bk: jax.Array) -> jax.Array:
+    """One index per row from normalized log-probs `[B, K]`, by the inverse CDF.
+
+    One uniform per row picks the first entry whose running mass reaches it
+    (`cumsum` in float32, scaled by the row's total so rounding cannot leave
+    the last entry unreachable). It draws one number per row where a Gumbel
+    race draws `K` and takes two logs of each (at batch 128 x 1,024 entries
+    on XLA:CPU: 0.4 vs 2.0 ms per decode step, docs/benchmarks.md). Each
+    entry's share of `[0, 1)` is exact up to the float32 rounding of one
+    addition, <= 2^-24 absolute, as in FlashInfer's and torch's samplers; an
+    entry of probability 0 is never drawn (the uniform lies in (0, 1]).
+    """
     if jnp.ndim(rng) == 0:
-        return jax.random.categorical(rng, logits_bk, axis=-1)
-    return jax.vmap(lambda k, x: jax.random.categorical(k, x, axis=-1))(rng, logits_bk)
+        u_b = jax.random.uniform(rng, logp_bk.shape[:1])
+    else:
+        u_b = jax.vmap(lambda k: jax.random.uniform(k, ()))(rng)
+    cdf_bk = jnp.cumsum(jnp.exp(logp_bk), axis=-1)
+    target_b = (1.0 - u_b) * cdf_bk[:, -1]
+    index_b = jnp.sum(cdf_bk < target_b[:, None], axis=-1, dtype=jnp.int32)
+    return jnp.minimum(index_b, logp_bk.shape[-1] - 1)
 
 
 def choose(logits_bv: jax.Array, method: Method, rng: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -113,10 +129,11 @@ def choose(logits_bv: jax.Array, method: Method, rng: jax.Array) -> tuple[jax.Ar
     scaled_bv = logits_bv / method.temperature
     if not method.truncates:
         # No sort needed: sample straight from the full distribution.
-        tokens_b = _categorical(rng, scaled_bv).astype(jnp.int32)
-        return tokens_b, _gather(jax.nn.log_softmax(scaled_bv, axis=-1), tokens_b)
+        logp_bv = jax.nn.log_softmax(scaled_bv, axis=-1)
+        tokens_b = _draw(rng, logp_bv)
+        return tokens_b, _gather(logp_bv, tokens_b)
     logp_bk, ids_bk = _truncated_sorted(scaled_bv, method)
-    choice_b = _categorical(rng, logp_bk)
+    choice_b = _draw(rng, logp_bk)
     return _gather(ids_bk, choice_b).astype(jnp.int32), _gather(logp_bk, choice_b)
 
 

@@ -39,6 +39,7 @@ COMMON = [f"--config.model.{k}={v}" for k, v in MODEL.items()] + [
     "--config.train.log_every=1",
     "--config.train.progress=False",
     "--config.train.batch_size=8",
+    "--config.train.num_microbatches=1",
     "--config.eval.num_per_domain=0",
 ]
 SFT = [

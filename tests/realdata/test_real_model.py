@@ -64,7 +64,14 @@ def _config(name: str, converted, workdir, **sections) -> config_lib.Config:
     cd = __import__(f"configs.{name}", fromlist=["get_config"]).get_config("tiny")
     cd.model.preset = "checkpoint"
     cd.init.init_from = str(converted)
-    cd.train.update(batch_size=8, seq_len=128, log_every=1, checkpoint_every=100, progress=False)
+    cd.train.update(
+        batch_size=8,
+        num_microbatches=1,
+        seq_len=128,
+        log_every=1,
+        checkpoint_every=100,
+        progress=False,
+    )
     cd.eval.update(num_per_domain=0)
     for section, values in sections.items():
         cd[section].update(values)

@@ -59,6 +59,21 @@ def test_top_k_is_applied_before_top_p():
     np.testing.assert_allclose(logp, 0.0, atol=1e-6)
 
 
+def test_per_row_keys_draw_the_distribution_and_each_row_only_from_its_key():
+    logits = np.log(np.array([0.5, 0.0, 0.3, 0.0, 0.2], np.float32))  # zeros: never drawn
+    keys = sampling_methods.row_keys(jax.random.key(1), jnp.arange(DRAWS), jnp.zeros(DRAWS, int))
+    batch = jnp.broadcast_to(jnp.asarray(logits), (DRAWS, logits.size))
+    tokens, _ = sampling_methods.choose(batch, sampling_methods.Sample(), keys)
+    counts = np.bincount(np.asarray(tokens), minlength=logits.size)
+    assert counts[1] == counts[3] == 0
+    expected = DRAWS * np.array([0.5, 0.3, 0.2])
+    chi2 = ((counts[[0, 2, 4]] - expected) ** 2 / expected).sum()
+    assert stats.chi2.sf(chi2, 2) > 1e-3, counts
+    # Row 7's token depends on its own key only, not on the rows beside it.
+    alone, _ = sampling_methods.choose(batch[7:8], sampling_methods.Sample(), keys[7:8])
+    assert int(alone[0]) == int(tokens[7])
+
+
 def test_greedy_is_argmax_with_temperature_one_logprob():
     logits = jnp.asarray(np.random.default_rng(0).normal(size=(5, 11)).astype(np.float32))
     tokens, logp = sampling_methods.choose(logits, sampling_methods.Greedy(), jax.random.key(0))

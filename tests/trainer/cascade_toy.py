@@ -12,6 +12,7 @@ TOY = {
     "model.d_ff": 64,
     "train.steps": 2,
     "train.batch_size": 8,
+    "train.num_microbatches": 1,
     "train.seq_len": 128,
     "train.log_every": 1,
     "train.checkpoint_every": 1,

@@ -26,7 +26,14 @@ TOY_MODEL = dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim
 def toy_config(teachers: str, domains=("math", "if"), steps=2, **optim) -> config_lib.Config:
     cd = mopd_config.get_config("tiny")
     cd.model.update(TOY_MODEL)
-    cd.train.update(steps=steps, batch_size=8, log_every=1, checkpoint_every=100, progress=False)
+    cd.train.update(
+        steps=steps,
+        batch_size=8,
+        num_microbatches=1,
+        log_every=1,
+        checkpoint_every=100,
+        progress=False,
+    )
     cd.rl.update(
         domains=domains,
         teachers=teachers,

@@ -260,7 +260,9 @@ class _Recording(test_driver.Fake):
 def test_the_driver_applies_each_sub_stage_and_logs_the_skips(tmp_path):
     cd = stage4_swe.get_config("tiny")
     cd.model.update(test_rl_stage.TOY_MODEL)
-    cd.train.update(steps=3, batch_size=8, log_every=1, checkpoint_every=100, progress=False)
+    cd.train.update(
+        steps=3, batch_size=8, num_microbatches=1, log_every=1, checkpoint_every=100, progress=False
+    )
     cd.rl.update(prompts_per_step=2, group_size=4, eval_num=2, num_prompts=16, max_new_tokens=8)
     cd.rl.update(verifier_workers=0, dynamic_filter="none", overlong="none")
     cd.rl.length_group_window = 4

@@ -27,7 +27,9 @@ def toy_rl_config(name: str) -> config_lib.Config:
     module = __import__(f"configs.{name}", fromlist=["get_config"])
     cd = module.get_config("tiny")
     cd.model.update(TOY_MODEL)
-    cd.train.update(steps=2, batch_size=8, log_every=1, checkpoint_every=100, progress=False)
+    cd.train.update(
+        steps=2, batch_size=8, num_microbatches=1, log_every=1, checkpoint_every=100, progress=False
+    )
     cd.rl.update(
         prompts_per_step=2,
         group_size=4,
