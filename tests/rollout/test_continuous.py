@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from nemocascade.data import tokenizer as tokenizer_lib
-from nemocascade.rollout import completions, continuous, decoding, groups, modes, sampling_methods
+from nemocascade.rollout import (
+    completions,
+    continuous,
+    decoding,
+    groups,
+    modes,
+    sampling_methods,
+    slots as slots_lib,
+)
 from nemocascade.sharding import mesh as mesh_lib
 from nemocascade.tasks import registry
 from tests.rollout import helpers
@@ -133,12 +141,12 @@ def test_on_finish_reports_each_request_once_as_it_finishes(params):
 def test_decode_chunk_compiles_once(params):
     kw = _kw(METHODS["greedy"])
     continuous.generate(params, CFG, PROMPTS, num_slots=2, **kw)
-    size = continuous._chunk_jit._cache_size()
+    size = slots_lib.chunk_jit._cache_size()
     # Other prompts (same bucket), stops and budgets: no new decode compile.
     continuous.generate(
         params, CFG, PROMPTS[::-1], num_slots=2, **{**kw, "stop_ids": (3, 4), "answer_budget": 1}
     )
-    assert continuous._chunk_jit._cache_size() == size
+    assert slots_lib.chunk_jit._cache_size() == size
 
 
 def test_sharded_engine_matches_unsharded(params):

@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from nemocascade.rollout import continuous, decoding, sampling_methods
+from nemocascade.rollout import decoding, sampling_methods, slots
 from nemocascade.serve import engine as engine_lib
 from tests.serve import helpers
 
@@ -197,7 +197,7 @@ def test_warmup_compiles_the_admission_of_joiners(toy):
     eng = _engine(model, params)
     try:
         assert eng.warmup(mode, GREEDY, max_tokens=16, prompt_len=16) == 4  # 3 sizes + joining
-        sizes = (continuous._admit_jit._cache_size(), continuous._chunk_jit._cache_size())
+        sizes = (slots.admit_jit._cache_size(), slots.chunk_jit._cache_size())
         for _ in range(4):  # a loaded call: 4 slots; requests join it one by one
             eng.acquire()
         started, go = threading.Event(), threading.Event()
@@ -215,7 +215,7 @@ def test_warmup_compiles_the_admission_of_joiners(toy):
         first.result(timeout=300)
         eng.close()
         assert eng.stats["joined"] == 1
-        assert (continuous._admit_jit._cache_size(), continuous._chunk_jit._cache_size()) == sizes
+        assert (slots.admit_jit._cache_size(), slots.chunk_jit._cache_size()) == sizes
     finally:
         go.set()
         eng.close()
