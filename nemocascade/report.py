@@ -6,6 +6,7 @@ python -m nemocascade.report --workdirs=A,B,C --out=OUT    # seeds: mean ± sd, 
 
 from __future__ import annotations
 
+import json
 import os
 
 from absl import app, flags
@@ -16,7 +17,9 @@ from nemocascade.evaluation import report, seeds_report
 _WORKDIR = flags.DEFINE_string("workdir", None, "Cascade workdir (one run).")
 _WORKDIRS = flags.DEFINE_list("workdirs", None, "Cascade workdirs, one per seed (with --out).")
 _OUT = flags.DEFINE_string("out", None, "Output folder of the --workdirs report.")
-_STAGES = flags.DEFINE_list("stages", None, "Stage order (default: those found, C1 order first).")
+_STAGES = flags.DEFINE_list(
+    "stages", None, "Stage order (default: the chain a finished run recorded, else C1 order first)."
+)
 _TOL = flags.DEFINE_float("tolerance", 0.03, "Forgetting-guard tolerance (fraction).")
 _NUM_PROMPTS = flags.DEFINE_integer(
     "num_prompts", 64, "--workdirs: prompts per cell where no stage config.json records it."
@@ -24,7 +27,20 @@ _NUM_PROMPTS = flags.DEFINE_integer(
 
 
 def _found_stages(workdirs: list[str]) -> list[str]:
-    order = list(dict.fromkeys(sum(stage_registry.ORDERS.values(), ())))
+    """The stages in the workdirs, in the chain order a finished run recorded.
+
+    A finished cascade's `cascade_summary.json` lists its stages in chain
+    order; without one (an unfinished run) the registry's orders give it, C1
+    first.
+    """
+    order: list[str] = []
+    for w in workdirs:
+        summary = os.path.join(w, report.SUMMARY_FILE)
+        if os.path.exists(summary):
+            with open(summary) as f:
+                order = list(json.load(f))
+            break
+    order = list(dict.fromkeys(order + list(sum(stage_registry.ORDERS.values(), ()))))
     return [s for s in order if any(os.path.isdir(os.path.join(w, s)) for w in workdirs)]
 
 

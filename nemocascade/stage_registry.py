@@ -55,9 +55,13 @@ STAGES: dict[str, Stage] = {
 }
 NAMES = tuple(STAGES)
 
-# The cascade orders of the two papers (Cascade 1 §4, Cascade 2 §4).
+# The cascade orders of the two papers (Cascade 1 §4, Cascade 2 §4), and C1
+# with C2's distillation appended: a final MOPD from the best earlier
+# checkpoint per domain (the tiny cascade's default, docs/results.md "Recipe").
+_C1 = ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "stage4_swe")
 ORDERS: dict[str, tuple[str, ...]] = {
-    "c1": ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "stage4_swe"),
+    "c1": _C1,
+    "c1_mopd": (*_C1, "mopd"),
     "c2": (
         "sft",
         "stage1_short",

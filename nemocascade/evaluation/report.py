@@ -17,6 +17,8 @@ from nemocascade.tasks import base as tasks_base
 
 DOMAINS = tasks_base.CASCADE_ORDER  # report columns: the domains in the order C1 trains them
 MODES = tasks_base.MODES
+# The finished cascade's summary: {stage: eval metrics}, stages in chain order.
+SUMMARY_FILE = "cascade_summary.json"
 
 
 def headline_key(domain: str, mode: str) -> str:

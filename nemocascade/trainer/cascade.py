@@ -149,6 +149,6 @@ def run(cfg: config_lib.Config, workdir: str) -> dict[str, Any]:
             logging.warning("[cascade] FORGETTING: %s", f)
         report.write(workdir, stages, spec.forgetting_tolerance)
     summary = report.collect(workdir, stages)
-    with open(os.path.join(workdir, "cascade_summary.json"), "w") as f:
+    with open(os.path.join(workdir, report.SUMMARY_FILE), "w") as f:
         json.dump(summary, f, indent=1)
     return summary

@@ -116,6 +116,23 @@ def test_cli_writes_the_seeds_report(tmp_path):
     assert list(summary["stages"]) == list(STAGES)  # found in the workdirs, in chain order
 
 
+def test_cli_takes_the_stage_order_a_finished_run_recorded(tmp_path):
+    # C2 runs math RL (stage2_medium) before MOPD; the registry's C1-first
+    # order would put MOPD last, so the finished run's summary decides.
+    dirs = []
+    for seed in range(2):
+        w = tmp_path / f"s{seed}"
+        order = ("sft", "stage2_medium", "mopd", "stage3_long")
+        for stage in order:
+            matrix.write(str(w / stage / "eval_matrix.json"), stage, {MATH: 0.5, CODE: 0.1})
+        (w / report.SUMMARY_FILE).write_text(json.dumps({s: {} for s in order}))
+        dirs.append(str(w))
+    r = _cli(f"--workdirs={','.join(dirs)}", f"--out={tmp_path / 'out'}")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert list(summary["stages"]) == ["sft", "stage2_medium", "mopd", "stage3_long"]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -20,7 +20,14 @@ class Interrupted(Exception):
 
 
 def _cfg():
-    return cascade_toy.config("tiny", STAGES)
+    return cascade_toy.config("tiny_c1", STAGES)
+
+
+def test_the_tiny_default_is_c1_with_a_final_mopd_and_tiny_c1_the_papers_order():
+    chain = config_lib.from_config_dict(cascade_config.get_config("tiny")).cascade.chain
+    assert chain == (*STAGES, "mopd")
+    assert config_lib.from_config_dict(cascade_config.get_config("tiny_c1")).cascade.chain == STAGES
+    assert config_lib.from_config_dict(cascade_config.get_config("8b")).cascade.chain == STAGES
 
 
 def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
