@@ -3,8 +3,8 @@
     python -m nemocascade.main --config=configs/cascade.py:tiny --workdir=/tmp/nc
 
 `:tiny` runs the Cascade 1 order, SFT → RM → RLHF → IF-RL → math RL → code RL → SWE RL,
-then a final MOPD from the best earlier stage per domain (the recipe that
-kept every cell within 3 points of its best, docs/results.md "Recipe"),
+then a final MOPD from the best earlier stage per domain (docs/results.md,
+"Recipe": it won back most of what code RL took from math),
 each stage with its own `configs/<stage>.py:tiny`, initialized from the
 previous stage; `:tiny_c1` is the paper's C1 order without the final MOPD
 and `:tiny_c2` the Cascade 2 order. Rerunning the command
@@ -35,7 +35,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = common.base("cascade", common.parse_arg(size))
     # The `cascade` section's fields: nemocascade/config.py `CascadeConfig`.
     c.cascade.update(
-        # tiny: C1 and a final MOPD, the recipe that kept every cell (docs/results.md)
+        # tiny: C1 and a final MOPD, the measured recipe (docs/results.md, "Recipe")
         order=order or ("c1_mopd" if size == "tiny" else "c1"),  # c1 | c1_mopd | c2
         size=size,
         # Per-stage settings of this size, applied before `cascade.set`.
