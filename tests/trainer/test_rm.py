@@ -259,7 +259,9 @@ def test_configs_build(size):
 def test_two_rlhf_steps_with_the_rm_reward(tmp_path):
     cd = rlhf_config.get_config("tiny")
     cd.model.update({**TOY_MODEL, "max_seq_len": 512})
-    cd.train.update(steps=2, batch_size=8, log_every=1, checkpoint_every=100, progress=False)
+    cd.train.update(
+        steps=2, batch_size=8, num_microbatches=1, log_every=1, checkpoint_every=100, progress=False
+    )
     cd.rl.update(prompts_per_step=2, group_size=4, eval_num=2, num_prompts=16, max_new_tokens=16)
     cd.eval.update(num_per_domain=0)
     cfg = config_lib.from_config_dict(cd)
