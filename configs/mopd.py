@@ -54,5 +54,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     else:
         c.rl.update(mode="thinking", prompts_per_step=128, max_new_tokens=36_864)
         c.optim.update(lr=2e-6, warmup_steps=30)
-        c.train.update(steps=52, batch_size=512, num_microbatches=32, seq_len=40_960)
+        c.train.update(steps=52, batch_size=512, num_microbatches=64, seq_len=40_960)
+        # One sequence per chip per micro-batch on (1, 8, 8); long-context memory.
+        c.model.mlp_seq_chunk = 2048  # docs/kernels.md
     return c

@@ -33,4 +33,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.train.update(steps=90, seq_len=49_152 + 4096)
         # Prompt + longest response exceeds the Qwen3 preset's 40,960 positions.
         c.model.max_seq_len = c.train.seq_len
+        c.model.mlp_seq_chunk = 2048  # long-context memory (docs/kernels.md)
+        c.train.num_microbatches = 128  # one sequence per chip on (1, 8, 8)
     return c

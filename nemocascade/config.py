@@ -435,6 +435,12 @@ def validate(cfg: Config) -> Config:
         cfg.model.max_seq_len >= t.seq_len,
         f"config.train.seq_len={t.seq_len} exceeds model max_seq_len={cfg.model.max_seq_len}",
     )
+    chunk = cfg.model.mlp_seq_chunk
+    _check(
+        not chunk or t.seq_len <= chunk or t.seq_len % chunk == 0,
+        f"config.model.mlp_seq_chunk={chunk} does not divide config.train.seq_len="
+        f"{t.seq_len}: the MLP would run the whole sequence at once",
+    )
     _validate_rl(cfg.rl)
     _validate_prompt_curriculum(cfg)
     _validate_rm(cfg)

@@ -194,9 +194,29 @@ class MLP(nn.Module):
         w_gate = Kernel((d, f), ("embed", "mlp"), cfg, name="gate_proj")()
         w_up = Kernel((d, f), ("embed", "mlp"), cfg, name="up_proj")()
         w_down = Kernel((f, d), ("mlp", "embed"), cfg, name="down_proj")()
-        return swiglu.swiglu(
-            x_btd.astype(w_gate.dtype), w_gate, w_up, w_down, constrain_btf=_constrain_btf
-        )
+
+        def mlp(x_btd):
+            return swiglu.swiglu(x_btd, w_gate, w_up, w_down, constrain_btf=_constrain_btf)
+
+        x_btd = x_btd.astype(w_gate.dtype)
+        chunk, t = cfg.mlp_seq_chunk, x_btd.shape[1]
+        if chunk and t > chunk and t % chunk == 0:
+            return _sequence_chunked(mlp, x_btd, chunk)
+        return mlp(x_btd)
+
+
+def _sequence_chunked(fn, x_btd, chunk: int):
+    """`fn` over `chunk`-token slices of the sequence, one at a time, each rematerialized.
+
+    The backward keeps one slice's `[B, chunk, F]` activations live instead
+    of the whole sequence's. Slices are taken from the gathered sequence and
+    returned whole (`act_len`); the caller's constraint re-splits them.
+    """
+    b, t, d = x_btd.shape
+    full = ("act_batch", "act_len", "act_embed")
+    x_nbcd = jnp.moveaxis(constrain(x_btd, full).reshape(b, t // chunk, chunk, d), 1, 0)
+    y_nbcd = jax.lax.map(jax.checkpoint(lambda x: constrain(fn(constrain(x, full)), full)), x_nbcd)
+    return jnp.moveaxis(y_nbcd, 0, 1).reshape(b, t, -1)
 
 
 def _constrain_btf(x_btf):

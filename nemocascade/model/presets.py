@@ -38,6 +38,11 @@ class ModelConfig:
       max_seq_len: longest sequence the model is used with (KV cache size cap).
       attention_impl: attention implementation (`ATTENTION_IMPLS`); "" picks
         by platform (cpu: blocked_xla, tpu: splash, gpu: chunked_xla).
+      mlp_seq_chunk: run the MLP over slices of this many tokens, each
+        rematerialized (0: the whole sequence at once). Long-context memory:
+        the MLP's `[T, d_ff]` activations shrink to `[chunk, d_ff]` for one
+        extra MLP forward per step. Sequences whose length is not a multiple
+        of it (and decode steps) run whole.
     """
 
     vocab_size: int
@@ -57,6 +62,7 @@ class ModelConfig:
     scan_layers: bool = True
     max_seq_len: int = 2048
     attention_impl: str = ""
+    mlp_seq_chunk: int = 0
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads"):
@@ -70,6 +76,8 @@ class ModelConfig:
                 f"model.num_heads ({self.num_heads}) must be a multiple of "
                 f"model.num_kv_heads ({self.num_kv_heads})"
             )
+        if self.mlp_seq_chunk < 0:
+            raise ValueError(f"model.mlp_seq_chunk must be >= 0, got {self.mlp_seq_chunk}")
         if self.head_dim % 2:
             raise ValueError(f"model.head_dim must be even for RoPE, got {self.head_dim}")
         if self.remat_policy not in REMAT_POLICIES:

@@ -24,7 +24,8 @@ _REMAT = {
     "dots_saveable": jax.checkpoint_policies.dots_saveable,
     "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-_ACT = ("act_batch", "act_len", "act_embed")
+# The residual stream: its length is split over 'tensor' under sequence parallelism.
+_RES = ("act_batch", "act_res_len", "act_embed")
 
 
 class Block(nn.Module):
@@ -38,12 +39,18 @@ class Block(nn.Module):
         x_btd, cache = carry
         cfg = self.cfg
         norm = functools.partial(layers.RMSNorm, cfg.rms_eps, cfg.dtype, cfg.param_dtype)
+        # The norms' outputs are pinned to the residual layout, so that under
+        # sequence parallelism the sequence is all-gathered in the compute
+        # dtype (not as the norm's float32) and the projections' outputs are
+        # reduce-scattered back to it.
+        x_norm = layers.constrain(norm(name="attn_norm")(x_btd), _RES)
         h, cache = layers.Attention(cfg, self.per_row_cache, name="attn")(
-            norm(name="attn_norm")(x_btd), positions_bt, q_slot_bt, q_seg_bt, cache, layer
+            x_norm, positions_bt, q_slot_bt, q_seg_bt, cache, layer
         )
-        x_btd = layers.constrain(x_btd + h, _ACT)
-        x_btd = x_btd + layers.MLP(cfg, name="mlp")(norm(name="mlp_norm")(x_btd))
-        return (layers.constrain(x_btd, _ACT), cache), None
+        x_btd = layers.constrain(x_btd + layers.constrain(h, _RES), _RES)
+        x_norm = layers.constrain(norm(name="mlp_norm")(x_btd), _RES)
+        h = layers.constrain(layers.MLP(cfg, name="mlp")(x_norm), _RES)
+        return (layers.constrain(x_btd + h, _RES), cache), None
 
 
 class Transformer(nn.Module):
@@ -87,7 +94,7 @@ class Transformer(nn.Module):
             ),
             name="embed",
         )
-        x_btd = layers.constrain(embed(tokens_bt), _ACT)
+        x_btd = layers.constrain(embed(tokens_bt), _RES)
 
         block = Block
         if cfg.remat_policy != "none":

@@ -7,6 +7,13 @@ where they live on the ('data', 'fsdp', 'tensor') mesh:
   embedding dimension; batches over ('data', 'fsdp'); no tensor parallelism.
 * `fsdp_tp`: as `fsdp`, plus heads, MLP width and vocabulary over 'tensor'
   (Megatron-style column/row split), activations' heads/mlp over 'tensor'.
+* `fsdp_tp_sp`: as `fsdp_tp`, plus sequence parallelism: the residual stream
+  between and around the attention and MLP blocks (`act_res_len`) is split
+  along its length over 'tensor' (Megatron-style: the layer norms and residual
+  adds run on T/tp tokens, XLA all-gathers the sequence before the column-split
+  projections and reduce-scatters after the row-split ones). What full remat
+  saves per layer, the block's input, shrinks by the tensor-parallel degree;
+  the long-context configs need it to fit 16 GiB chips (docs/kernels.md).
 * `decode`: the sampler's layout: batch over ('data', 'fsdp'), heads over
   'tensor', parameters replicated over 'fsdp' along the batch-parallel axis.
 """
@@ -33,9 +40,23 @@ _COMMON: Rules = (
     ("norm", None),
 )
 
+# Heads, MLP width and vocabulary over 'tensor' (parameters, activations, cache).
+_TP: Rules = (
+    ("vocab", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("mlp", "tensor"),
+    ("act_heads", "tensor"),
+    ("act_kv_heads", "tensor"),
+    ("act_mlp", "tensor"),
+    ("act_vocab", "tensor"),
+    ("cache_kv_heads", "tensor"),
+)
+
 PRESETS: dict[str, Rules] = {
     "fsdp": _COMMON
     + (
+        ("act_res_len", None),
         ("embed", "fsdp"),
         ("vocab", None),
         ("heads", None),
@@ -47,32 +68,9 @@ PRESETS: dict[str, Rules] = {
         ("act_vocab", None),
         ("cache_kv_heads", None),
     ),
-    "fsdp_tp": _COMMON
-    + (
-        ("embed", "fsdp"),
-        ("vocab", "tensor"),
-        ("heads", "tensor"),
-        ("kv_heads", "tensor"),
-        ("mlp", "tensor"),
-        ("act_heads", "tensor"),
-        ("act_kv_heads", "tensor"),
-        ("act_mlp", "tensor"),
-        ("act_vocab", "tensor"),
-        ("cache_kv_heads", "tensor"),
-    ),
-    "decode": _COMMON
-    + (
-        ("embed", None),
-        ("vocab", "tensor"),
-        ("heads", "tensor"),
-        ("kv_heads", "tensor"),
-        ("mlp", "tensor"),
-        ("act_heads", "tensor"),
-        ("act_kv_heads", "tensor"),
-        ("act_mlp", "tensor"),
-        ("act_vocab", "tensor"),
-        ("cache_kv_heads", "tensor"),
-    ),
+    "fsdp_tp": _COMMON + _TP + (("embed", "fsdp"), ("act_res_len", None)),
+    "fsdp_tp_sp": _COMMON + _TP + (("embed", "fsdp"), ("act_res_len", "tensor")),
+    "decode": _COMMON + _TP + (("embed", None), ("act_res_len", None)),
 }
 
 

@@ -205,8 +205,9 @@ def _model_batch(cfg, b, t, seed=1):
     }
 
 
+@pytest.mark.parametrize("rules_name", ["fsdp_tp", "fsdp_tp_sp"])
 @pytest.mark.parametrize("impl", ["blocked_xla", "chunked_xla", "splash", "pallas_gpu"])
-def test_model_forward_fsdp_tp_on_8_devices_equals_single_device_reference(impl):
+def test_model_forward_fsdp_tp_on_8_devices_equals_single_device_reference(impl, rules_name):
     cfg = dataclasses.replace(helpers.TOY_MODEL, max_seq_len=128)
     params = helpers.random_params(cfg)
     batch = _model_batch(cfg, b=4, t=128)  # one splash tile
@@ -214,7 +215,7 @@ def test_model_forward_fsdp_tp_on_8_devices_equals_single_device_reference(impl)
         params, dataclasses.replace(cfg, attention_impl="xla"), batch
     )
     mesh = mesh_lib.make_mesh((1, 4, 2))
-    rules = rules_lib.get_rules("fsdp_tp")
+    rules = rules_lib.get_rules(rules_name)
     impl_cfg = dataclasses.replace(cfg, attention_impl=impl)
 
     def logp(params, batch):
