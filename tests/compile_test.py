@@ -309,10 +309,12 @@ def tpu_host(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
 
 
-def lower_long(preset: str, phase: str, mesh_shape, kernels=LONG_KERNELS, platform="tpu"):
+def lower_long(
+    preset: str, phase: str, mesh_shape, kernels=LONG_KERNELS, platform="tpu", rules=LONG_RULES
+):
     """The SFT or RL step at `LONG[phase]` tokens, one sequence per device per micro-batch."""
     dp = mesh_shape[0] * mesh_shape[1]
-    kw = dict(kernels, rules=LONG_RULES, platform=platform)
+    kw = dict(kernels, rules=rules, platform=platform)
     if phase == "sft":
         return lower_sft_step(preset, mesh_shape, 4 * dp, LONG["sft"], 4, **kw)
     return lower_rl_step(preset, mesh_shape, RL_SEQS, LONG["rl"], RL_SEQS // dp, **kw)
@@ -485,11 +487,19 @@ def test_sequence_parallel_splits_the_saved_residual_stream():
     assert temps["fsdp_tp"] - temps["fsdp_tp_sp"] >= 0.75 * stack_bytes * 3 / 4
 
 
-def _main(preset: str, phase: str, shape: str) -> None:
-    """Prints {"bytes": args + temp per device} of the step compiled by XLA:CPU."""
+def _main(preset: str, phase: str, shape: str, rules=LONG_RULES, mlp_chunk=None) -> None:
+    """Prints {"bytes": args + temp per device} of the step compiled by XLA:CPU.
+
+    `python -m tests.compile_test qwen3_14b rl 1,8,8 [RULES] [MLP_CHUNK]`: the
+    figures of docs/kernels.md, "Compiled memory at the papers' lengths"
+    (defaults: this file's `fsdp_tp_sp` and 2,048-token MLP slices).
+    """
     mesh_shape = tuple(int(n) for n in shape.split(","))
     jax.config.update("jax_num_cpu_devices", math.prod(mesh_shape))
-    lowered, _ = lower_long(preset, phase, mesh_shape, kernels=CPU_KERNELS, platform="cpu")
+    kernels = dict(CPU_KERNELS)
+    if mlp_chunk is not None:
+        kernels["mlp_seq_chunk"] = int(mlp_chunk)
+    lowered, _ = lower_long(preset, phase, mesh_shape, kernels, "cpu", rules)
     m = lowered.compile().memory_analysis()
     print(json.dumps({"bytes": int(m.argument_size_in_bytes + m.temp_size_in_bytes)}))
 
