@@ -58,7 +58,7 @@ def per_device_bytes(abstract_tree) -> int:
 
 
 def lower_sft_step(
-    preset: str,
+    preset: str | presets.ModelConfig,
     mesh_shape,
     batch: int,
     seq_len: int,
@@ -69,10 +69,11 @@ def lower_sft_step(
 ):
     """`kernels`: optional `attention_impl` (model) and `logprob_impl` (train).
 
-    `platform` "tpu": lowered for TPU on an abstract mesh; "cpu": lowered on a
-    mesh of this process' devices, ready to compile.
+    `preset`: a preset name or a model config. `platform` "tpu": lowered for
+    TPU on an abstract mesh; "cpu": lowered on a mesh of this process'
+    devices, ready to compile.
     """
-    model = presets.get_preset(preset, **_pick(kernels, "attention_impl", "mlp_seq_chunk"))
+    model = _model(preset, kernels)
     train = config_lib.TrainConfig(**_pick(kernels, "logprob_impl"))
     cfg = config_lib.Config(stage="sft", model=model, train=train)
     mesh = _mesh(mesh_shape, platform)
@@ -92,6 +93,13 @@ def lower_sft_step(
         state_shardings=shardings,
     )
     return _lower(step, abstract, batch_spec, mesh, platform), abstract
+
+
+def _model(preset: str | presets.ModelConfig, kernels: dict) -> presets.ModelConfig:
+    fields = _pick(kernels, "attention_impl", "mlp_seq_chunk")
+    if isinstance(preset, presets.ModelConfig):
+        return dataclasses.replace(preset, **fields)
+    return presets.get_preset(preset, **fields)
 
 
 def _mesh(mesh_shape, platform: str):
@@ -142,7 +150,7 @@ def lower_rl_step(
     platform="tpu",
     **kernels,
 ):
-    model = presets.get_preset(preset, **_pick(kernels, "attention_impl", "mlp_seq_chunk"))
+    model = _model(preset, kernels)
     train = config_lib.TrainConfig(**_pick(kernels, "logprob_impl"))
     cfg = config_lib.Config(stage="stage1_short", model=model, train=train)
     mesh = _mesh(mesh_shape, platform)
@@ -460,26 +468,10 @@ def test_sequence_parallel_splits_the_saved_residual_stream():
         attention_impl="chunked_xla",
         remat_policy="full",
     )
-    cfg = config_lib.Config(stage="sft", model=model)
-    mesh = mesh_lib.make_mesh((1, 2, 4))
-    tx = optimizer.make(cfg.optim, 10)
     seq, stacks, temps = 2048, {}, {}
     for name in ("fsdp_tp", "fsdp_tp_sp"):
-        rules = rules_lib.get_rules(name)
-        abstract, shardings = state_lib.abstract_state(model, tx, mesh, rules)
-        bs = rules_lib.batch_sharding(mesh, rules, 2)
-        batch = {k: _sharded((2, seq), jnp.int32, bs) for k in BATCH_KEYS}
-        step = step_lib.make_train_step(
-            sft.make_loss_fn(cfg),
-            tx,
-            num_microbatches=1,
-            mesh=mesh,
-            rules=rules,
-            state_shardings=shardings,
-        )
-        rng = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
-        with jax.set_mesh(mesh):
-            compiled = step.jitted.lower(abstract, batch, rng).compile()
+        lowered, _ = lower_sft_step(model, (1, 2, 4), 2, seq, 1, rules=name, platform="cpu")
+        compiled = lowered.compile()
         stacks[name] = set(re.findall(r"\[16,1,(\d+),128\]", compiled.as_text()))
         temps[name] = compiled.memory_analysis().temp_size_in_bytes
     assert stacks == {"fsdp_tp": {"2048"}, "fsdp_tp_sp": {"512"}}
