@@ -303,6 +303,11 @@ def load_params(path: str, abstract_params: Any) -> Any:
         raise CheckpointError(f"cannot restore params from {params_dir}: {first_line(e)}") from e
 
 
+def is_resume(where: str) -> bool:
+    """Whether `restore_or_init`'s `where_from` is a resumed run (not a fresh start)."""
+    return where.startswith(("own checkpoint", "resume_from"))
+
+
 def restore_or_init(
     manager: Manager,
     abstract_state: Any,

@@ -231,6 +231,26 @@ def init_state(rt: Runtime) -> tuple[Any, dict, str]:
     return state, data, where
 
 
+def start_params(rt: Runtime, state, where: str) -> Any:
+    """The params the stage started from (RL's KL reference), whatever `init_state` restored.
+
+    `state.params` when the stage starts now (`where` from `init_state`); after a
+    resume (own checkpoint, `init.resume_from`) the params of `init.init_from`
+    again, or the seed's fresh init without one, so a resumed stage regularizes
+    toward the same policy as an uninterrupted one.
+    """
+    if not checkpointing.is_resume(where):
+        return state.params
+    cfg = rt.cfg
+    logging.info(
+        "[%s] start params (KL reference) from %s", cfg.stage, cfg.init.init_from or "scratch"
+    )
+    if cfg.init.init_from:
+        return checkpointing.load_params(cfg.init.init_from, rt.abstract_state.params)
+    rng = jax.random.key(cfg.train.seed)
+    return state_lib.create(cfg.model, rt.tx, rt.mesh, rt.rules, rng).params
+
+
 def restore(rt: Runtime, fresh, with_params, init_from: str) -> tuple[Any, dict, str]:
     """`checkpointing.restore_or_init` on the stage's manager and abstract state."""
     return checkpointing.restore_or_init(

@@ -87,3 +87,57 @@ def test_rl_step_on_a_tensor_parallel_mesh(tmp_path):
     assert [r["step"] for r in steps] == [1, 2]
     # Padded to a multiple of the data-parallel shards (4), not of all 8 devices (16 rows).
     assert all(r["train_rows"] == 12 and r["grad_norm"] > 0 for r in steps), steps
+
+
+class _Preempted(Exception):
+    pass
+
+
+def test_a_resumed_stage_keeps_the_kl_reference_of_its_start(tmp_path, monkeypatch):
+    """KL to the stage's start: after a resume the reference is still `init.init_from`'s
+    params, not the resumed ones, so the run equals an uninterrupted one."""
+    start = toy_rl_config("stage3_long")
+    rl.run(
+        dataclasses.replace(start, train=dataclasses.replace(start.train, steps=1)),
+        str(tmp_path / "init"),
+    )
+    cfg = dataclasses.replace(
+        start,
+        init=dataclasses.replace(start.init, init_from=str(tmp_path / "init" / "stage3_long")),
+        rl=dataclasses.replace(start.rl, kl_coef=0.5),
+        train=dataclasses.replace(start.train, steps=4, checkpoint_every=2),
+    )
+    rl.run(cfg, str(tmp_path / "whole"))
+
+    real_prepare = rl.GRPO.prepare
+
+    def dying_prepare(self, step, *args):
+        if step == 3:  # steps 1-2 ran and step 2 is checkpointed
+            raise _Preempted()
+        return real_prepare(self, step, *args)
+
+    monkeypatch.setattr(rl.GRPO, "prepare", dying_prepare)
+    with pytest.raises(_Preempted):
+        rl.run(cfg, str(tmp_path / "cut"))
+    monkeypatch.setattr(rl.GRPO, "prepare", real_prepare)
+    assert not checkpointing.is_done(str(tmp_path / "cut" / "stage3_long"))
+    rl.run(cfg, str(tmp_path / "cut"))
+
+    def steps(run):
+        rows = metrics_lib.read(str(tmp_path / run / "stage3_long" / "metrics.jsonl"))
+        return {r["step"]: r for r in rows if "reward_mean" in r}
+
+    whole, cut = steps("whole"), steps("cut")
+    assert sorted(cut) == sorted(whole) == [1, 2, 3, 4]
+    for step in (3, 4):  # after the resume
+        assert cut[step]["kl_ref"] == pytest.approx(whole[step]["kl_ref"], rel=1e-4, abs=1e-7), step
+        assert cut[step]["loss"] == pytest.approx(whole[step]["loss"], rel=1e-4, abs=1e-7), step
+    assert whole[4]["kl_ref"] > 0  # the policy moved away from its start
+    abstract = jax.eval_shape(
+        lambda: nn.meta.unbox(transformer.init_params(cfg.model, jax.random.key(0)))
+    )
+    chex.assert_trees_all_close(
+        checkpointing.load_params(str(tmp_path / "whole" / "stage3_long"), abstract),
+        checkpointing.load_params(str(tmp_path / "cut" / "stage3_long"), abstract),
+        atol=1e-6,
+    )

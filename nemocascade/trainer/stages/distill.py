@@ -101,8 +101,8 @@ class MOPD:
 
     make_loss_fn = staticmethod(make_loss_fn)
 
-    def __init__(self, cfg: config_lib.Config, workdir: str, rt, tok, template, state):
-        del workdir, template, state
+    def __init__(self, cfg: config_lib.Config, workdir: str, rt, tok, template, start_params):
+        del workdir, template, start_params  # the teachers are the references
         self._cfg, self._rt = cfg, rt
         dirs = teacher_dirs(cfg.rl)
         for domain, d in dirs.items():  # teachers share the student's tokenizer (C2 §4.4)

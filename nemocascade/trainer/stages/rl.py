@@ -69,17 +69,18 @@ def make_loss_fn(cfg: config_lib.Config, temperature: float):
             dual_clip=rl.dual_clip or None,
             aggregation=rl.aggregation,
         )
+        metrics = dict(m)
         if rl.kl_coef > 0 and not rl.kl_in_reward:
-            kn, _ = kl_lib.kl_penalty(
+            kn, kd = kl_lib.kl_penalty(
                 logp, batch["ref_logprobs"], mask, kind=rl.kl_kind, aggregation=rl.aggregation
             )
             num = num + rl.kl_coef * kn
+            metrics["kl_ref"] = (jax.lax.stop_gradient(kn), kd)  # to the stage's start
         if rl.entropy_coef > 0:
             en, _ = policy.entropy_bonus(ent, mask, rl.entropy_coef, rl.aggregation)
             num = num + en
         fmask = mask.astype(np.float32)
         tokens = fmask.sum()
-        metrics = dict(m)
         metrics["entropy"] = ((jax.lax.stop_gradient(ent) * fmask).sum(), tokens)
         gap = jax.numpy.abs(jax.lax.stop_gradient(logp) - batch["sampler_logprobs"])
         metrics["sampler_logprob_gap"] = ((gap * fmask).sum(), tokens)
@@ -94,7 +95,13 @@ class GRPO:
     make_loss_fn = staticmethod(make_loss_fn)
 
     def __init__(
-        self, cfg: config_lib.Config, workdir: str, rt: stage_setup.Runtime, tok, template, state
+        self,
+        cfg: config_lib.Config,
+        workdir: str,
+        rt: stage_setup.Runtime,
+        tok,
+        template,
+        start_params: Callable[[], Any],
     ):
         self._cfg, self._rt = cfg, rt
         self._rewarder = rewarders.make(cfg, workdir, rt, tok, template)
@@ -102,7 +109,7 @@ class GRPO:
         if cfg.rl.kl_coef > 0:
             self._reference = frozen.FrozenScorer.reference(
                 cfg.model,
-                state.params,
+                start_params(),
                 mesh=rt.mesh,
                 rules=rt.rules,
                 implementation=cfg.train.logprob_impl or None,
