@@ -50,6 +50,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # with the student (advantages ~0); 2e-5 for 40 steps recovered every
         # distilled domain (docs/results.md, "Recipe").
         c.optim.update(lr=2e-5, warmup_steps=5)
+        # Four math prompts to one of each other domain: math is what code RL
+        # takes, and its teacher-student gap is a few tokens per trace
+        # (docs/results.md, "Keeping what earlier stages won").
+        c.rl.update(domain_weights=(4.0, 1.0, 1.0, 1.0))
         c.train.update(steps=40, batch_size=64, eval_every=10, checkpoint_every=10)
     else:
         c.rl.update(mode="thinking", prompts_per_step=128, max_new_tokens=36_864)

@@ -56,7 +56,7 @@ def test_stage_config_fills_mopd_teachers_from_earlier_stages(tmp_path):
     _finished_stage(
         workdir, "stage2_medium", {"math/thinking/pass@1": 1.0, "if/thinking/pass@1": 1.0}, False
     )
-    overrides = {"rl.domains": ("math", "if")}
+    overrides = {"rl.domains": ("math", "if"), "rl.domain_weights": ()}
     cfg = cascade.stage_config(
         "mopd",
         "tiny",

@@ -36,6 +36,7 @@ def toy_config(teachers: str, domains=("math", "if"), steps=2, **optim) -> confi
     )
     cd.rl.update(
         domains=domains,
+        domain_weights=(),  # the tiny config's weights are for its four domains
         teachers=teachers,
         prompts_per_step=2,
         group_size=4,
