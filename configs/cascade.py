@@ -28,6 +28,15 @@ from configs import common
 # The RM trains on 3,200 pairs here (its own `:tiny` uses 12,800, ~10 min):
 # the whole chain then takes about 21 minutes on 2 idle CPU cores.
 TINY_DEFAULTS = "rm.data.num_examples=3200"
+# In the C2 order MOPD runs right after math RL, its math teacher: there is no
+# math gap to distil, and `configs/mopd.py`'s math-first prompt mix only added
+# drift (math/thinking -4.2 +- 3.9 with it, +2.6 +- 5.9 with equal shares, three
+# seeds; docs/results.md, "Keeping what earlier stages won").
+TINY_C2_DEFAULTS = TINY_DEFAULTS + ";mopd.rl.domain_weights=()"
+
+
+def _tiny_defaults(order: str) -> str:
+    return TINY_C2_DEFAULTS if order == "c2" else TINY_DEFAULTS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -39,6 +48,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         order=order or ("c1_mopd" if size == "tiny" else "c1"),  # c1 | c1_mopd | c2
         size=size,
         # Per-stage settings of this size, applied before `cascade.set`.
-        defaults=TINY_DEFAULTS if size == "tiny" else "",
+        defaults=_tiny_defaults(order) if size == "tiny" else "",
     )
     return c

@@ -30,6 +30,17 @@ def test_the_tiny_default_is_c1_with_a_final_mopd_and_tiny_c1_the_papers_order()
     assert config_lib.from_config_dict(cascade_config.get_config("8b")).cascade.chain == STAGES
 
 
+@pytest.mark.parametrize("order, weights", [("tiny", (4.0, 1.0, 1.0, 1.0)), ("tiny_c2", ())])
+def test_mopd_weights_math_first_after_code_rl_and_equally_after_math_rl(order, weights):
+    """C1's final MOPD leans on math (what code RL took); C2's, right after math RL, does not."""
+    spec = config_lib.from_config_dict(cascade_config.get_config(order)).cascade
+    overrides = cascade.merged_overrides(spec).get("mopd", {})
+    cfg = cascade.stage_config(
+        "mopd", "tiny", {**overrides, "rl.teachers": "math=/m"}, "", "/unused"
+    )
+    assert cfg.rl.domain_weights == weights
+
+
 def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
     workdir = str(tmp_path)
     cfg = _cfg()
