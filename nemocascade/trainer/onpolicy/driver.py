@@ -70,7 +70,8 @@ class Algorithm(Protocol):
     def close(self) -> None: ...
 
 
-# (cfg, workdir, runtime, tokenizer, template, initial state) -> Algorithm
+# (cfg, workdir, runtime, tokenizer, template, start_params) -> Algorithm, where
+# `start_params()` gives the params the stage started from (`stage_setup.start_params`).
 AlgorithmFactory = Callable[..., Algorithm]
 
 
