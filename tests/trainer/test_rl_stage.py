@@ -50,6 +50,14 @@ def toy_rl_config(name: str) -> config_lib.Config:
     return config_lib.from_config_dict(cd)
 
 
+def _exported(cfg: config_lib.Config, stage_dir) -> dict:
+    """The params a finished stage exported."""
+    abstract = jax.eval_shape(
+        lambda: nn.meta.unbox(transformer.init_params(cfg.model, jax.random.key(0)))
+    )
+    return checkpointing.load_params(str(stage_dir), abstract)
+
+
 @pytest.mark.parametrize("name", ["stage1_short", "stage2_medium", "stage3_long", "stage4_swe"])
 def test_two_rl_steps(tmp_path, name):
     cfg = toy_rl_config(name)
@@ -62,10 +70,7 @@ def test_two_rl_steps(tmp_path, name):
             assert math.isfinite(r[key]), (key, r)
         assert r["grad_norm"] > 0
     assert checkpointing.is_done(str(tmp_path / name))
-    abstract = jax.eval_shape(
-        lambda: nn.meta.unbox(transformer.init_params(cfg.model, jax.random.key(0)))
-    )
-    final = checkpointing.load_params(str(tmp_path / name), abstract)
+    final = _exported(cfg, tmp_path / name)
     init = nn.meta.unbox(transformer.init_params(cfg.model, jax.random.key(cfg.train.seed)))
     with pytest.raises(AssertionError):
         chex.assert_trees_all_close(final, init)
@@ -131,11 +136,8 @@ def test_a_resumed_stage_keeps_the_kl_reference_of_its_start(tmp_path, monkeypat
     assert whole[3]["kl_ref"] > 0  # the policy moved away from its start
     assert cut[3]["kl_ref"] == pytest.approx(whole[3]["kl_ref"], rel=1e-4, abs=1e-8)
     assert cut[3]["loss"] == pytest.approx(whole[3]["loss"], rel=1e-4, abs=1e-7)
-    abstract = jax.eval_shape(
-        lambda: nn.meta.unbox(transformer.init_params(cfg.model, jax.random.key(0)))
-    )
     chex.assert_trees_all_close(
-        checkpointing.load_params(str(tmp_path / "whole" / "stage3_long"), abstract),
-        checkpointing.load_params(str(tmp_path / "cut" / "stage3_long"), abstract),
+        _exported(cfg, tmp_path / "whole" / "stage3_long"),
+        _exported(cfg, tmp_path / "cut" / "stage3_long"),
         atol=1e-6,
     )
