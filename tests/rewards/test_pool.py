@@ -33,16 +33,15 @@ def test_parallel_matches_inline():
 
 def test_timeout_scores_zero_and_pool_recovers():
     names, prompts, completions, examples = _batch(2)
-    code_example = examples[2]
-    completions[2] = LOOP
     with pool.VerifierPool(num_workers=2, timeout_s=0.5) as workers:
+        # 0.5 s is far under the sandbox's own 2 s limit, so the pool's deadline fires.
+        (looped,) = workers.score(["code"], [""], [LOOP], [examples[2]])
+        assert looped.score == 0.0 and looped.info["error"] == "timeout after 0.5s"
+        # A generous deadline for the rest, so a loaded machine cannot fail a real item:
+        # the replacement worker scores every reference like a fresh pool.
+        workers.timeout_s = 60.0
         results = workers.score(names, prompts, completions, examples)
-        assert results[2].score == 0.0 and "timeout" in results[2].info["error"]
-        assert [r.score for i, r in enumerate(results) if i != 2 and names[i] != "chat_gold"] == [
-            1.0
-        ] * 5
-        again = workers.score(["code"], [""], [code_example.answer], [code_example])
-        assert again[0].score == 1.0
+    assert [r.score for n, r in zip(names, results) if n != "chat_gold"] == [1.0] * 6
 
 
 def test_crashed_worker_scores_zero():
