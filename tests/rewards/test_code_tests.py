@@ -41,7 +41,9 @@ def test_stdio_timeout_in_one_case(backend):
     tests = {**SQUARE_TESTS, "time_limit_s": 0.5}
     start = time.monotonic()
     result = run(slow_7th, {"tests": tests}, backend)
-    assert time.monotonic() - start < 5  # the other 59 cases still run, in a fresh child
+    # The other 59 cases still run, in a fresh child: far under the 30 s sleep even on a
+    # loaded machine.
+    assert time.monotonic() - start < 15
     assert (result.passed, result.total, result.error) == (59, 60, "case 7: timeout")
 
 

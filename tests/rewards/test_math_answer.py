@@ -111,7 +111,7 @@ def test_pathological_expression_is_cut_at_the_deadline():
     start = time.monotonic()
     ok, info = math_answer.check("\\boxed{9^{9^{9^{9}}}}", "1", timeout_s=0.5)
     assert not ok and "timeout" in info["error"]
-    assert time.monotonic() - start < 3.0
+    assert time.monotonic() - start < 10.0  # unbounded without the deadline
     assert math_answer.check("\\boxed{2}", "2", timeout_s=0.5)[0]  # the alarm is cleared
 
 

@@ -41,7 +41,7 @@ def test_timeout_scores_zero_and_pool_recovers():
         # the replacement worker scores every reference like a fresh pool.
         workers.timeout_s = 60.0
         results = workers.score(names, prompts, completions, examples)
-    assert [r.score for n, r in zip(names, results) if n != "chat_gold"] == [1.0] * 6
+    assert [r.score for n, r in zip(names, results, strict=True) if n != "chat_gold"] == [1.0] * 6
 
 
 def test_crashed_worker_scores_zero():
