@@ -6,8 +6,10 @@
 then a final MOPD from the best earlier stage per domain (docs/results.md,
 "Recipe": it won back most of what code RL took from math),
 each stage with its own `configs/<stage>.py:tiny`, initialized from the
-previous stage; `:tiny_c1` is the paper's C1 order without the final MOPD
-and `:tiny_c2` the Cascade 2 order. Rerunning the command
+previous stage; `:tiny_c1` is the paper's C1 order without the final MOPD.
+`:tiny_c2` runs the Cascade 2 order, SFT → IF-RL → math RL → MOPD → RM →
+RLHF → code RL → SWE RL, and the same final MOPD (`mopd_final`); the
+paper's C2 order alone is `--config.cascade.order=c2`. Rerunning the command
 skips finished stages and resumes an interrupted one. Writes
 `DIR/<stage>/eval_matrix.json` after every stage and `DIR/report.md`.
 
@@ -35,19 +37,23 @@ TINY_DEFAULTS = "rm.data.num_examples=3200"
 TINY_C2_DEFAULTS = TINY_DEFAULTS + ";mopd.rl.domain_weights=()"
 
 
-def _tiny_defaults(order: str) -> str:
-    return TINY_C2_DEFAULTS if order == "c2" else TINY_DEFAULTS
+# tiny: each order with a final MOPD, the measured recipe (docs/results.md,
+# "Keeping what earlier stages won"); `:tiny_c1` keeps the paper's C1 alone.
+_TINY_ORDERS = {"": "c1_mopd", "c1": "c1", "c2": "c2_mopd"}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     size, _, order = (arg or "tiny").partition("_")
     c = common.base("cascade", common.parse_arg(size))
+    if size == "tiny":
+        order = _TINY_ORDERS.get(order, order)
     # The `cascade` section's fields: nemocascade/config.py `CascadeConfig`.
     c.cascade.update(
-        # tiny: C1 and a final MOPD, the measured recipe (docs/results.md, "Recipe")
-        order=order or ("c1_mopd" if size == "tiny" else "c1"),  # c1 | c1_mopd | c2
+        order=order or "c1",  # a key of stage_registry.ORDERS
         size=size,
         # Per-stage settings of this size, applied before `cascade.set`.
-        defaults=_tiny_defaults(order) if size == "tiny" else "",
+        defaults=(TINY_C2_DEFAULTS if order.startswith("c2") else TINY_DEFAULTS)
+        if size == "tiny"
+        else "",
     )
     return c

@@ -4,7 +4,7 @@
         --config.init.init_from=/tmp/nc/stage2_medium \
         --config.rl.teachers=math=/tmp/nc/sft,if=/tmp/nc/stage1_short,code=/tmp/nc/sft,chat=/tmp/nc/sft
 
-Inside the cascade (`configs/cascade.py:tiny_c2`) `rl.teachers` is filled
+Inside the cascade (`configs/cascade.py:tiny`, `:tiny_c2`) `rl.teachers` is filled
 from the earlier stages: per domain, the stage with the best thinking-mode
 headline score in its eval matrix. The student samples, each response is
 scored by its domain's teacher, and the loss follows the reverse-KL token

@@ -226,7 +226,7 @@ class RMConfig:
 class CascadeConfig:
     """The chain of stages (`stage=cascade`); stage names from `stage_registry`."""
 
-    order: str = "c1"  # a key of stage_registry.ORDERS: c1 | c2
+    order: str = "c1"  # a key of stage_registry.ORDERS: c1 | c1_mopd | c2 | c2_mopd
     stages: tuple[str, ...] = ()  # a subset/reordering; () = the order's stages
     size: str = "tiny"  # each stage's `configs/<stage>.py:<size>`
     forgetting_tolerance: float = 0.03

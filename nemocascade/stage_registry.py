@@ -50,28 +50,24 @@ STAGES: dict[str, Stage] = {
         Stage("stage3_long", "rl", "code RL"),
         Stage("stage4_swe", "rl", "SWE RL"),
         Stage("mopd", "distill", "multi-domain on-policy distillation"),
+        # A second MOPD for chains that already have one (C2's recipe): the
+        # same stage, run once more at the end under its own directory.
+        Stage("mopd_final", "distill", "final multi-domain on-policy distillation"),
         Stage("cascade", "cascade", "the chain of stages"),
     )
 }
 NAMES = tuple(STAGES)
 
-# The cascade orders of the two papers (Cascade 1 §4, Cascade 2 §4), and C1
-# with C2's distillation appended: a final MOPD from the best earlier
-# checkpoint per domain (the tiny cascade's default, docs/results.md "Recipe").
+# The cascade orders of the two papers (Cascade 1 §4, Cascade 2 §4), and each
+# with a final MOPD from the best earlier checkpoint per domain appended (the
+# tiny cascades' recipe, docs/results.md "Keeping what earlier stages won").
 _C1 = ("sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "stage4_swe")
+_C2 = ("sft", "stage1_short", "stage2_medium", "mopd", "rm", "rlhf", "stage3_long", "stage4_swe")
 ORDERS: dict[str, tuple[str, ...]] = {
     "c1": _C1,
     "c1_mopd": (*_C1, "mopd"),
-    "c2": (
-        "sft",
-        "stage1_short",
-        "stage2_medium",
-        "mopd",
-        "rm",
-        "rlhf",
-        "stage3_long",
-        "stage4_swe",
-    ),
+    "c2": _C2,
+    "c2_mopd": (*_C2, "mopd_final"),
 }
 
 

@@ -88,7 +88,8 @@ def test_teachers_from_the_command_line(tmp_path):
 
 @pytest.mark.parametrize("size", ["tiny", "small", "8b", "14b"])
 @pytest.mark.parametrize(
-    "name", ["sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "mopd"]
+    "name",
+    ["sft", "rm", "rlhf", "stage1_short", "stage2_medium", "stage3_long", "mopd", "mopd_final"],
 )
 def test_every_config_file_validates_at_every_size(name, size):
     module = importlib.import_module(f"configs.{name}")

@@ -25,6 +25,10 @@ def test_roles_of_the_launch_names_and_orders():
     for order in stage_registry.ORDERS.values():
         assert order[0] == "sft" and set(order) <= set(stage_registry.NAMES)
     assert stage_registry.chain("c2") == stage_registry.ORDERS["c2"]
+    # The recipes append a final MOPD; C2 already has one, so its last is `mopd_final`.
+    assert stage_registry.ORDERS["c1_mopd"] == (*stage_registry.ORDERS["c1"], "mopd")
+    assert stage_registry.ORDERS["c2_mopd"] == (*stage_registry.ORDERS["c2"], "mopd_final")
+    assert stage_registry.get("mopd_final").kind == stage_registry.get("mopd").kind == "distill"
     assert stage_registry.chain("c1", ("sft", "rm")) == ("sft", "rm")
     assert stage_registry.label("stage2_medium") == "stage2_medium [math RL]"
     assert [n for n in stage_registry.NAMES if stage_registry.get(n).side] == ["rm"]

@@ -99,8 +99,8 @@ def stage_config(
 ) -> config_lib.Config:
     """Loads `configs/<name>.py:<size>`, applies the cascade's overrides and hand-off.
 
-    MOPD without explicit `rl.teachers` gets them from `earlier` (the policy
-    stages before it in the chain) by `select_teachers`.
+    A distillation stage (MOPD) without explicit `rl.teachers` gets them from
+    `earlier` (the policy stages before it in the chain) by `select_teachers`.
     """
     cd = overrides_lib.load_stage_config(name, size)
     cd.init.init_from = init_from
@@ -108,7 +108,7 @@ def stage_config(
         cd.rl.rm_from = os.path.join(workdir, "rm")
     cd = overrides_lib.apply(cd, overrides)
     cfg = config_lib.from_config_dict(cd)
-    if name == "mopd" and not cfg.rl.teachers:
+    if stage_registry.get(name).kind == "distill" and not cfg.rl.teachers:
         cd.rl.teachers = _teachers_from_chain(cfg.rl.domains, workdir, earlier)
         cfg = config_lib.from_config_dict(cd)
     return cfg

@@ -23,20 +23,32 @@ def _cfg():
     return cascade_toy.config("tiny_c1", STAGES)
 
 
-def test_the_tiny_default_is_c1_with_a_final_mopd_and_tiny_c1_the_papers_order():
-    chain = config_lib.from_config_dict(cascade_config.get_config("tiny")).cascade.chain
-    assert chain == (*STAGES, "mopd")
-    assert config_lib.from_config_dict(cascade_config.get_config("tiny_c1")).cascade.chain == STAGES
-    assert config_lib.from_config_dict(cascade_config.get_config("8b")).cascade.chain == STAGES
+def _chain(arg):
+    return config_lib.from_config_dict(cascade_config.get_config(arg)).cascade.chain
 
 
-@pytest.mark.parametrize("order, weights", [("tiny", (4.0, 1.0, 1.0, 1.0)), ("tiny_c2", ())])
-def test_mopd_weights_math_first_after_code_rl_and_equally_after_math_rl(order, weights):
-    """C1's final MOPD leans on math (what code RL took); C2's, right after math RL, does not."""
+def test_the_tiny_orders_end_with_a_final_mopd_and_tiny_c1_is_the_papers_order():
+    assert _chain("tiny") == (*STAGES, "mopd")
+    assert _chain("tiny_c2") == (*stage_registry.ORDERS["c2"], "mopd_final")
+    assert _chain("tiny_c1") == STAGES
+    assert _chain("8b") == STAGES
+    assert _chain("8b_c2") == stage_registry.ORDERS["c2"]
+
+
+@pytest.mark.parametrize(
+    "order, stage, weights",
+    [
+        ("tiny", "mopd", (4.0, 1.0, 1.0, 1.0)),
+        ("tiny_c2", "mopd", ()),
+        ("tiny_c2", "mopd_final", (4.0, 1.0, 1.0, 1.0)),
+    ],
+)
+def test_mopd_weights_math_first_after_code_rl_and_equally_after_math_rl(order, stage, weights):
+    """A MOPD after code RL leans on math (what code RL took); C2's after math RL does not."""
     spec = config_lib.from_config_dict(cascade_config.get_config(order)).cascade
-    overrides = cascade.merged_overrides(spec).get("mopd", {})
+    overrides = cascade.merged_overrides(spec).get(stage, {})
     cfg = cascade.stage_config(
-        "mopd", "tiny", {**overrides, "rl.teachers": "math=/m"}, "", "/unused"
+        stage, "tiny", {**overrides, "rl.teachers": "math=/m"}, "", "/unused"
     )
     assert cfg.rl.domain_weights == weights
 

@@ -1,4 +1,4 @@
-"""The Cascade 2 order at toy sizes: interrupted in MOPD, resumed, teachers from its own chain."""
+"""The tiny C2 recipe at toy sizes: interrupted in MOPD, resumed, teachers from its own chain."""
 
 import json
 import os
@@ -10,7 +10,7 @@ from nemocascade.trainer import cascade
 from nemocascade.trainer.onpolicy import parts
 from tests.trainer import cascade_toy
 
-STAGES = stage_registry.ORDERS["c2"]
+STAGES = stage_registry.ORDERS["c2_mopd"]  # C2's order and a final MOPD
 
 
 class Interrupted(Exception):
@@ -20,7 +20,7 @@ class Interrupted(Exception):
 def test_c2_toy_cascade_interrupted_in_mopd_and_resumed(tmp_path, monkeypatch):
     workdir = str(tmp_path)
     cfg = cascade_toy.config("tiny_c2", STAGES)
-    assert cfg.cascade.order == "c2"
+    assert cfg.cascade.order == "c2_mopd"
     mopd_dir = os.path.join(workdir, "mopd")
 
     # MOPD dies at its second rollout, after its first checkpoint.
@@ -46,12 +46,15 @@ def test_c2_toy_cascade_interrupted_in_mopd_and_resumed(tmp_path, monkeypatch):
     for stage in STAGES:
         assert checkpointing.is_done(os.path.join(workdir, stage)), stage
 
-    # MOPD's teachers are finished policy stages of this chain, one per domain it trains.
-    with open(os.path.join(mopd_dir, "config.json")) as f:
-        rl = json.load(f)["rl"]
-    teachers = config_lib.parse_teachers(rl["teachers"])
-    assert set(teachers) == set(rl["domains"]), (teachers, rl["domains"])
-    assert set(teachers.values()) <= {os.path.join(workdir, s) for s in before}, teachers
+    # Each MOPD's teachers are policy stages of this chain that finished before
+    # it, one per domain it trains; the final one may pick the first MOPD.
+    for mopd in ("mopd", "mopd_final"):
+        with open(os.path.join(workdir, mopd, "config.json")) as f:
+            rl = json.load(f)["rl"]
+        teachers = config_lib.parse_teachers(rl["teachers"])
+        assert set(teachers) == set(rl["domains"]), (teachers, rl["domains"])
+        earlier = {os.path.join(workdir, s) for s in STAGES[: STAGES.index(mopd)] if s != "rm"}
+        assert set(teachers.values()) <= earlier, (mopd, teachers)
     with open(os.path.join(workdir, "report.md")) as f:
         report = f.read()
     assert all(f"| {stage} | `" in report for stage in STAGES), report
