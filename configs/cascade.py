@@ -45,15 +45,10 @@ _TINY_ORDERS = {"": "c1_mopd", "c1": "c1", "c2": "c2_mopd"}
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     size, _, order = (arg or "tiny").partition("_")
     c = common.base("cascade", common.parse_arg(size))
+    defaults = ""  # per-stage settings of this size, applied before `cascade.set`
     if size == "tiny":
         order = _TINY_ORDERS.get(order, order)
+        defaults = TINY_C2_DEFAULTS if order.startswith("c2") else TINY_DEFAULTS
     # The `cascade` section's fields: nemocascade/config.py `CascadeConfig`.
-    c.cascade.update(
-        order=order or "c1",  # a key of stage_registry.ORDERS
-        size=size,
-        # Per-stage settings of this size, applied before `cascade.set`.
-        defaults=(TINY_C2_DEFAULTS if order.startswith("c2") else TINY_DEFAULTS)
-        if size == "tiny"
-        else "",
-    )
+    c.cascade.update(order=order or "c1", size=size, defaults=defaults)
     return c
