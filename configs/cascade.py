@@ -27,8 +27,8 @@ import ml_collections
 
 from configs import common
 
-# The RM trains on 3,200 pairs here (its own `:tiny` uses 12,800, ~10 min):
-# the whole chain then takes about 21 minutes on 2 idle CPU cores.
+# The RM trains on 3,200 pairs here (its own `:tiny` uses 12,800), which keeps
+# the whole chain's time down (docs/results.md has the measured chain times).
 TINY_DEFAULTS = "rm.data.num_examples=3200"
 # In the C2 order MOPD runs right after math RL, its math teacher: there is no
 # math gap to distil, and `configs/mopd.py`'s math-first prompt mix only added
