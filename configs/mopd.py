@@ -6,12 +6,13 @@
 
 Inside the cascade (`configs/cascade.py:tiny`, `:tiny_c2`) `rl.teachers` is filled
 from the earlier stages: per domain, the stage with the best thinking-mode
-headline score in its eval matrix. The student samples, each response is
-scored by its domain's teacher, and the loss follows the reverse-KL token
-advantage with a truncated importance weight (band [0.5, 2]); metrics
-`advantage_mean` (→ 0 as the student matches its teachers), `gated_frac`,
-`teacher_gap/<domain>`. `:tiny` settings: 16 prompts × 4, lr 2e-5 warmed up
-from 0.1× over 5 steps, 40 steps (docs/results.md, "Recipe").
+headline score in its eval matrix (with `rl.teacher_per_mode`, each sampled
+mode's own best stage). The student samples, each response is scored by its
+domain's teacher, and the loss follows the reverse-KL token advantage with a
+truncated importance weight (band [0.5, 2]); metrics `advantage_mean` (→ 0
+as the student matches its teachers), `gated_frac`, `teacher_gap/<domain>`
+(`<domain>/<mode>` for a per-mode teacher). `:tiny` settings: 16 prompts × 4,
+lr 2e-5 warmed up from 0.1× over 5 steps, 40 steps (docs/results.md, "Recipe").
 
 Paper (C2 §4.4, prose): 128 prompts × 4 rollouts, lr 2e-6 with linear
 warm-up from 2e-7 over the first 30 steps, converges in 40–50 steps (Table 8:

@@ -197,7 +197,12 @@ class RLConfig:
     # Optimizer updates per rollout batch (mini-batches of it, PPO-style); 1 is
     # the paper's strictly on-policy step, where the clip options are inert.
     updates_per_batch: int = 1
-    teachers: str = ""  # MOPD: "domain=dir,..." (stage dir or exported params); see parse_teachers
+    teachers: str = (
+        ""  # MOPD: "domain=dir,domain/mode=dir,..." (stage dirs or exports); parse_teachers
+    )
+    # MOPD inside a cascade: pick a teacher per domain and sampled mode (the stage with
+    # the best `<domain>/<mode>` cell) rather than per domain by the thinking mode alone.
+    teacher_per_mode: bool = False
 
     @property
     def train_modes(self) -> tuple[str, ...]:
@@ -458,26 +463,41 @@ def validate(cfg: Config) -> Config:
 
 
 def parse_teachers(text: str) -> dict[str, str]:
-    """`config.rl.teachers` → {domain: dir}: "math=/runs/sft,if=/runs/stage1_short".
+    """`config.rl.teachers` → {key: dir}: "math=/runs/sft,if/instruct=/runs/stage1_short".
 
     A string rather than a nested section so the cascade and the command line
     can set it in one override; each dir is a finished stage dir or an export
-    (`checkpointing.resolve_params_dir`). Several domains may share a dir.
+    (`checkpointing.resolve_params_dir`). A key is a domain (its teacher in
+    every mode) or `domain/mode` (that mode only, before the domain's own
+    entry). Several keys may share a dir.
     """
     out: dict[str, str] = {}
     for item in filter(None, (x.strip() for x in text.split(","))):
-        domain, sep, path = (s.strip() for s in item.partition("="))
+        key, sep, path = (s.strip() for s in item.partition("="))
         _check(
-            bool(sep and domain and path),
-            f"config.rl.teachers: expected 'domain=dir[,domain=dir...]', got {item!r}",
+            bool(sep and key and path),
+            f"config.rl.teachers: expected 'domain[/mode]=dir[,...]', got {item!r}",
         )
+        domain, slash, mode = key.partition("/")
         _check(
             domain in tasks_base.DOMAINS,
             f"config.rl.teachers has domain {domain!r}; valid {tasks_base.DOMAINS}",
         )
-        _check(domain not in out, f"config.rl.teachers names domain {domain!r} twice")
-        out[domain] = path
+        _check(
+            not slash or mode in tasks_base.MODES,
+            f"config.rl.teachers key {key!r}: the mode after '/' is one of {tasks_base.MODES}",
+        )
+        _check(key not in out, f"config.rl.teachers names {key!r} twice")
+        out[key] = path
     return out
+
+
+def teacher_key(teachers: typing.Container[str], domain: str, mode: str) -> str | None:
+    """The `parse_teachers` key that serves `domain` in `mode`: `domain/mode`, else `domain`."""
+    for key in (f"{domain}/{mode}", domain):
+        if key in teachers:
+            return key
+    return None
 
 
 def _validate_prompt_curriculum(cfg: Config):

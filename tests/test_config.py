@@ -20,16 +20,22 @@ def test_parse_teachers():
         "if": "/b/c",
         "code": "/a",
     }
+    assert config_lib.parse_teachers("swe/instruct=/a,swe=/b") == {
+        "swe/instruct": "/a",
+        "swe": "/b",
+    }
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("math", r"config\.rl\.teachers: expected 'domain=dir"),
+        ("math", r"config\.rl\.teachers: expected 'domain\[/mode\]=dir"),
         ("math=", r"config\.rl\.teachers: expected"),
         ("=/a", r"config\.rl\.teachers: expected"),
         ("algebra=/a", r"config\.rl\.teachers has domain 'algebra'"),
-        ("math=/a,math=/b", r"config\.rl\.teachers names domain 'math' twice"),
+        ("math=/a,math=/b", r"config\.rl\.teachers names 'math' twice"),
+        ("math/fast=/a", r"config\.rl\.teachers key 'math/fast': the mode after '/'"),
+        ("maths/instruct=/a", r"config\.rl\.teachers has domain 'maths'"),
     ],
 )
 def test_bad_teachers_fail_validation(text, message):
@@ -83,7 +89,7 @@ def test_teachers_from_the_command_line(tmp_path):
     assert "TEACHERS math=/runs/sft,if=/runs/stage1_short" in ok.stdout
     bad = _main("math:/runs/sft", tmp_path)
     assert bad.returncode != 0
-    assert "config error: config.rl.teachers: expected 'domain=dir" in bad.stderr
+    assert "config error: config.rl.teachers: expected 'domain[/mode]=dir" in bad.stderr
 
 
 @pytest.mark.parametrize("size", ["tiny", "small", "8b", "14b"])

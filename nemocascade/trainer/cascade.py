@@ -47,8 +47,30 @@ def merged_overrides(spec: config_lib.CascadeConfig) -> dict[str, dict[str, Any]
     return out
 
 
+def _best_stage(domain: str, mode: str, matrices: Mapping[str, Mapping[str, float]]) -> str:
+    """The stage of `matrices` with the best `mode` headline score of `domain` (later on ties)."""
+    key = report.headline_key(domain, mode)
+    best = None
+    for stage, metrics in matrices.items():
+        keys = suites_lib.domain_keys(metrics, domain, mode) or [key]
+        if keys[0] not in metrics:
+            continue
+        score = sum(metrics[k] for k in keys) / len(keys)
+        if best is None or score >= best[1]:
+            best = (stage, score)
+    if best is None:
+        raise config_lib.ConfigError(
+            f"config.rl.teachers: no earlier stage of the chain ({list(matrices)}) has "
+            f"{key!r} in its eval matrix; set it with "
+            "--config.cascade.set='mopd.rl.teachers=domain=DIR,...'"
+        )
+    return best[0]
+
+
 def select_teachers(
-    domains: Sequence[str], matrices: Mapping[str, Mapping[str, float]]
+    domains: Sequence[str],
+    matrices: Mapping[str, Mapping[str, float]],
+    modes: Sequence[str] = (),
 ) -> dict[str, str]:
     """{domain: stage} whose eval matrix has the best thinking-mode headline score.
 
@@ -58,35 +80,27 @@ def select_teachers(
     has any, else `<domain>/thinking/pass@1` (`chat/thinking/gold` for chat);
     ties go to the later stage (it has seen more of the chain). This is the
     paper's "strongest validation checkpoint per benchmark category" (C2 §4.4)
-    over the chain.
+    over the chain. With `modes` (`rl.teacher_per_mode`), each mode's score
+    picks its own stage: a domain whose modes pick different stages gets
+    `domain/mode` keys (`config.parse_teachers`).
     """
     out = {}
     for domain in domains:
-        key = report.headline_key(domain, "thinking")
-        best = None
-        for stage, metrics in matrices.items():
-            keys = suites_lib.domain_keys(metrics, domain, "thinking") or [key]
-            if keys[0] not in metrics:
-                continue
-            score = sum(metrics[k] for k in keys) / len(keys)
-            if best is None or score >= best[1]:
-                best = (stage, score)
-        if best is None:
-            raise config_lib.ConfigError(
-                f"config.rl.teachers: no earlier stage of the chain ({list(matrices)}) has "
-                f"{key!r} in its eval matrix; set it with "
-                "--config.cascade.set='mopd.rl.teachers=domain=DIR,...'"
-            )
-        out[domain] = best[0]
+        picks = {m: _best_stage(domain, m, matrices) for m in modes or ("thinking",)}
+        if len(set(picks.values())) == 1:
+            out[domain] = next(iter(picks.values()))
+        else:
+            out.update({f"{domain}/{m}": stage for m, stage in picks.items()})
     return out
 
 
-def _teachers_from_chain(domains: Sequence[str], workdir: str, earlier: Sequence[str]) -> str:
+def _teachers_from_chain(rl: config_lib.RLConfig, workdir: str, earlier: Sequence[str]) -> str:
     """`rl.teachers` for MOPD from the finished earlier policy stages in `workdir`."""
     done = [s for s in earlier if checkpointing.is_done(os.path.join(workdir, s))]
-    chosen = select_teachers(domains, report.collect(workdir, done))
+    modes = rl.train_modes if rl.teacher_per_mode else ()
+    chosen = select_teachers(rl.domains, report.collect(workdir, done), modes)
     logging.info("[cascade] MOPD teachers: %s", chosen)
-    return ",".join(f"{d}={os.path.join(os.path.abspath(workdir), s)}" for d, s in chosen.items())
+    return ",".join(f"{k}={os.path.join(os.path.abspath(workdir), s)}" for k, s in chosen.items())
 
 
 def stage_config(
@@ -109,7 +123,7 @@ def stage_config(
     cd = overrides_lib.apply(cd, overrides)
     cfg = config_lib.from_config_dict(cd)
     if stage_registry.get(name).kind == "distill" and not cfg.rl.teachers:
-        cd.rl.teachers = _teachers_from_chain(cfg.rl.domains, workdir, earlier)
+        cd.rl.teachers = _teachers_from_chain(cfg.rl, workdir, earlier)
         cfg = config_lib.from_config_dict(cd)
     return cfg
 

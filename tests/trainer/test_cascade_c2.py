@@ -52,7 +52,12 @@ def test_c2_toy_cascade_interrupted_in_mopd_and_resumed(tmp_path, monkeypatch):
         with open(os.path.join(workdir, mopd, "config.json")) as f:
             rl = json.load(f)["rl"]
         teachers = config_lib.parse_teachers(rl["teachers"])
-        assert set(teachers) == set(rl["domains"]), (teachers, rl["domains"])
+        modes = ("thinking", "instruct") if rl["mode"] == "half_half" else (rl["mode"],)
+        served = {
+            (d, m): config_lib.teacher_key(teachers, d, m) for d in rl["domains"] for m in modes
+        }
+        assert None not in served.values(), (mopd, teachers)
+        assert set(served.values()) == set(teachers), (mopd, teachers, rl["domains"])
         earlier = {
             os.path.join(workdir, s)
             for s in STAGES[: STAGES.index(mopd)]

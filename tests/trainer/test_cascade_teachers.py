@@ -1,4 +1,5 @@
-"""MOPD teacher selection in the cascade: best thinking-mode score per domain, ties to later."""
+"""MOPD teacher selection in the cascade: best thinking-mode score per domain, ties to later;
+with `rl.teacher_per_mode`, each mode's own best stage."""
 
 import os
 
@@ -32,6 +33,26 @@ def test_select_teachers_best_then_later_on_ties():
         "chat": "sft",
         "code": "stage2_medium",
     }
+
+
+def test_select_teachers_per_mode_splits_only_domains_whose_modes_disagree():
+    matrices = {
+        "sft": {"swe/thinking/pass@1": 0.3, "swe/instruct/pass@1": 0.5},
+        "stage3_long": {"swe/thinking/pass@1": 0.2, "swe/instruct/pass@1": 0.6},
+        "stage4_swe": {"swe/thinking/pass@1": 0.7, "swe/instruct/pass@1": 0.4},
+    }
+    for m in matrices.values():
+        m.update({"math/thinking/pass@1": 0.5, "math/instruct/pass@1": 0.0})
+    modes = ("thinking", "instruct")
+    chosen = cascade.select_teachers(("swe", "math"), matrices, modes)
+    # math ties everywhere in both modes: the latest stage, one key for both.
+    assert chosen == {
+        "swe/thinking": "stage4_swe",
+        "swe/instruct": "stage3_long",
+        "math": "stage4_swe",
+    }
+    # Without modes: the thinking score alone, as before.
+    assert cascade.select_teachers(("swe",), matrices) == {"swe": "stage4_swe"}
 
 
 def test_select_teachers_without_a_candidate_names_the_field():

@@ -110,12 +110,35 @@ def test_teacher_equal_to_student_gives_zero_advantage(tmp_path):
     assert first["sampler_logprob_gap"] < 1e-3
 
 
+def test_rows_route_to_their_modes_teacher(tmp_path):
+    probe = toy_config("", domains=("math",))
+    same = export(tmp_path, "same", probe, seed=0)
+    other = export(tmp_path, "other", probe, seed=1, scale=4.0)
+    teachers = f"math/thinking={same},math/instruct={other}"
+    distill.run(toy_config(teachers, domains=("math",), steps=1), str(tmp_path / "run"))
+    (first,) = step_records(tmp_path / "run")
+    # Half the prompts sample in each mode; each mode's rows met their own teacher.
+    assert abs(first["teacher_gap/math/thinking"]) < 1e-3, first
+    assert abs(first["teacher_gap/math/instruct"]) > 0.1, first
+    assert "teacher_gap/math" not in first
+
+
 def test_teacher_dirs_need_every_domain():
     cfg = toy_config("math=/x", domains=("math", "if"))
     with pytest.raises(config_lib.ConfigError, match=r"config\.rl\.teachers.*\['if'\]"):
         distill.teacher_dirs(cfg.rl)
     cfg = toy_config("math=/x,if=/y,code=/z", domains=("math", "if"))
     assert distill.teacher_dirs(cfg.rl) == {"math": "/x", "if": "/y"}
+
+
+def test_teacher_dirs_per_mode_need_every_sampled_mode():
+    assert toy_config("").rl.mode == "half_half"
+    cfg = toy_config("math/thinking=/t", domains=("math",))
+    with pytest.raises(config_lib.ConfigError, match=r"no teacher for \['math/instruct'\]"):
+        distill.teacher_dirs(cfg.rl)
+    cfg = toy_config("math/thinking=/t,math=/x,if/instruct=/i", domains=("math",))
+    # A mode's own key comes first; the domain's serves the other mode; `if` is unused.
+    assert distill.teacher_dirs(cfg.rl) == {"math/thinking": "/t", "math": "/x"}
 
 
 def test_run_fails_before_setup_without_teachers(tmp_path):
@@ -132,10 +155,10 @@ def test_unused_rl_options_are_rejected():
         distill.check_config(bad)
 
 
-def test_domain_gaps():
+def test_teacher_gaps():
     teacher = np.array([[-1.0, -2.0], [-0.5, 0.0], [-3.0, -1.0]])
     sampler = np.array([[-1.5, -1.0], [-0.5, -9.0], [-1.0, -1.0]])
     mask = np.array([[1, 1], [1, 0], [1, 1]])
-    gaps = distill.domain_gaps(teacher, sampler, mask, ["math", "if", "math"])
+    gaps = distill.teacher_gaps(teacher, sampler, mask, ["math", "if", "math"])
     # math: (0.5 − 1.0 − 2.0 + 0) / 4; if: 0 / 1 (the masked −9 is ignored)
     assert gaps == {"teacher_gap/math": -0.625, "teacher_gap/if": 0.0}

@@ -33,16 +33,25 @@ from nemocascade.trainer.onpolicy import driver, parts, rl_batch, teachers as te
 
 
 def teacher_dirs(r: config_lib.RLConfig) -> dict[str, str]:
-    """{domain: teacher dir} for every `rl.domains` entry; ConfigError on a missing one."""
+    """{key: teacher dir} serving every `rl.domains` entry in every sampled mode.
+
+    A key is a domain or `domain/mode` (`config.parse_teachers`); ConfigError
+    naming the domain and mode without one.
+    """
     dirs = config_lib.parse_teachers(r.teachers)
-    missing = [d for d in r.domains if d not in dirs]
+    used, missing = {}, []
+    for d in r.domains:
+        keys = {m: config_lib.teacher_key(dirs, d, m) for m in r.train_modes}
+        unserved = [m for m, k in keys.items() if k is None]
+        missing += [d] if len(unserved) == len(keys) else [f"{d}/{m}" for m in unserved]
+        used.update({k: dirs[k] for k in keys.values() if k is not None})
     if missing:
         raise config_lib.ConfigError(
-            f"config.rl.teachers={r.teachers!r} has no teacher for domain(s) {missing} of "
-            f"config.rl.domains={r.domains}; set e.g. --config.rl.teachers="
+            f"config.rl.teachers={r.teachers!r} has no teacher for {missing} of "
+            f"config.rl.domains={r.domains} (mode {r.mode!r}); set e.g. --config.rl.teachers="
             + ",".join(f"{d}=DIR/<stage>" for d in r.domains)
         )
-    return {d: dirs[d] for d in r.domains}
+    return used
 
 
 def check_config(r: config_lib.RLConfig):
@@ -83,13 +92,14 @@ def make_loss_fn(cfg: config_lib.Config, temperature: float):
     return loss_fn
 
 
-def domain_gaps(
-    teacher_bt: np.ndarray, sampler_bt: np.ndarray, mask_bt: np.ndarray, row_domains: Sequence[str]
+def teacher_gaps(
+    teacher_bt: np.ndarray, sampler_bt: np.ndarray, mask_bt: np.ndarray, row_keys: Sequence[str]
 ) -> dict[str, float]:
-    """Per domain, mean teacher − sampler log-prob over valid tokens (each teacher's gap)."""
+    """Per teacher key (a domain, or `domain/mode`), the mean teacher − sampler
+    log-prob over valid tokens: each teacher's gap, `teacher_gap/<key>`."""
     out = {}
-    for d in sorted(set(row_domains)):
-        rows = np.asarray([x == d for x in row_domains])
+    for d in sorted(set(row_keys)):
+        rows = np.asarray([x == d for x in row_keys])
         m = mask_bt[rows].astype(np.float32)
         diff = (teacher_bt[rows] - sampler_bt[rows]) * m
         out[f"teacher_gap/{d}"] = float(diff.sum() / max(m.sum(), 1.0))
@@ -105,9 +115,9 @@ class MOPD:
         del workdir, template, start_params  # the teachers are the references
         self._cfg, self._rt = cfg, rt
         dirs = teacher_dirs(cfg.rl)
-        for domain, d in dirs.items():  # teachers share the student's tokenizer (C2 §4.4)
+        for key, d in dirs.items():  # teachers share the student's tokenizer (C2 §4.4)
             try:
-                text.check_same(tok, d, f"the {domain} teacher", "the student's tokenizer")
+                text.check_same(tok, d, f"the {key} teacher", "the student's tokenizer")
             except text.TextError as e:
                 raise config_lib.ConfigError(str(e)) from None
         self._teachers = teachers_lib.Teachers(
@@ -126,6 +136,8 @@ class MOPD:
         r = self._cfg.rl
         t0 = time.perf_counter()
         row_domains = [examples[i].domain for i in rollouts.example_index]
+        modes = parts.modes_for(r, len(examples))
+        row_modes = [modes[i] for i in rollouts.example_index]
         policy_rows = rollouts.batch
         if r.overlong == "filter":
             policy_rows = policy_rows.replace(
@@ -133,16 +145,15 @@ class MOPD:
             )
         if jax.process_count() == 1:
             policy_rows = rows_lib.PolicyRows(**rl_batch.trim_columns(policy_rows, 32))
-        teacher_bt = self._teachers.logprobs(policy_rows, row_domains, phase.temperature)
+        row_keys = self._teachers.keys(row_domains, row_modes)
+        teacher_bt = self._teachers.logprobs(policy_rows, row_keys, phase.temperature)
         teacher_s = time.perf_counter() - t0
         batch = rows_lib.train_batch(policy_rows, teacher_logprobs=teacher_bt)
         valid = np.asarray(batch["loss_mask"]) > 0
         parts.check_finite_inputs(
             self._cfg, self._rt, step, teacher_logprobs=np.asarray(teacher_bt)[valid]
         )
-        metrics = domain_gaps(
-            teacher_bt, batch["sampler_logprobs"], batch["loss_mask"], row_domains
-        )
+        metrics = teacher_gaps(teacher_bt, batch["sampler_logprobs"], batch["loss_mask"], row_keys)
         metrics.update(
             lr=float(self._lr_at(step - 1)),
             truncation_rate=float(rollouts.truncated.mean()),
