@@ -40,17 +40,30 @@ def test_the_tiny_orders_end_with_a_final_mopd_and_tiny_c1_is_the_papers_order()
     [
         ("tiny", "mopd", (4.0, 1.0, 1.0, 1.0)),
         ("tiny_c2", "mopd", ()),
-        ("tiny_c2", "mopd_final", (4.0, 1.0, 1.0, 1.0)),
+        ("tiny_c2", "mopd_final", (4.0, 1.0, 1.0, 1.0, 1.0)),
     ],
 )
 def test_mopd_weights_math_first_after_code_rl_and_equally_after_math_rl(order, stage, weights):
-    """A MOPD after code RL leans on math (what code RL took); C2's after math RL does not."""
+    """A MOPD after code RL leans on math (what code RL took); C2's after math RL does not.
+    C2's final MOPD, after SWE RL, also distils SWE, with a teacher per mode."""
     spec = config_lib.from_config_dict(cascade_config.get_config(order)).cascade
     overrides = cascade.merged_overrides(spec).get(stage, {})
     cfg = cascade.stage_config(
         stage, "tiny", {**overrides, "rl.teachers": "math=/m"}, "", "/unused"
     )
     assert cfg.rl.domain_weights == weights
+    final = stage == "mopd_final"
+    assert cfg.rl.domains == ("math", "if", "code", "chat", "swe")[: 4 + final]
+    assert cfg.rl.teacher_per_mode == final
+
+
+@pytest.mark.parametrize("order, kl", [("tiny", 0.0), ("tiny_c2", 0.1)])
+def test_c2_math_rl_keeps_a_kl_to_its_start(order, kl):
+    """C2's math RL follows IF-RL and keeps a KL to its start; C1's (after IF-RL too) none."""
+    spec = config_lib.from_config_dict(cascade_config.get_config(order)).cascade
+    overrides = cascade.merged_overrides(spec).get("stage2_medium", {})
+    cfg = cascade.stage_config("stage2_medium", "tiny", overrides, "", "/unused")
+    assert cfg.rl.kl_coef == kl
 
 
 def test_toy_cascade_interrupted_and_resumed(tmp_path, monkeypatch):
