@@ -22,8 +22,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.stage = "mopd_final"
     if c.rl.mode == "half_half":  # tiny, small
         # After SWE RL: SWE joins the distilled domains, and each mode gets the stage
-        # with its best cell as teacher (SWE RL trains thinking only; its instruct
-        # cell's best stage is an earlier one; docs/results.md, "Recipe").
+        # with its best cell as teacher (SWE RL trains thinking only, so the best
+        # swe/instruct stage can be an earlier one; docs/results.md, "Keeping what
+        # earlier stages won").
         c.rl.update(
             domains=(*c.rl.domains, "swe"),
             domain_weights=(*c.rl.domain_weights, 1.0),

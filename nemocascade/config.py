@@ -197,9 +197,8 @@ class RLConfig:
     # Optimizer updates per rollout batch (mini-batches of it, PPO-style); 1 is
     # the paper's strictly on-policy step, where the clip options are inert.
     updates_per_batch: int = 1
-    teachers: str = (
-        ""  # MOPD: "domain=dir,domain/mode=dir,..." (stage dirs or exports); parse_teachers
-    )
+    # MOPD: "domain=dir,domain/mode=dir,..." (stage dirs or exports); see parse_teachers.
+    teachers: str = ""
     # MOPD inside a cascade: pick a teacher per domain and sampled mode (the stage with
     # the best `<domain>/<mode>` cell) rather than per domain by the thinking mode alone.
     teacher_per_mode: bool = False

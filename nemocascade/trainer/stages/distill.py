@@ -98,11 +98,11 @@ def teacher_gaps(
     """Per teacher key (a domain, or `domain/mode`), the mean teacher − sampler
     log-prob over valid tokens: each teacher's gap, `teacher_gap/<key>`."""
     out = {}
-    for d in sorted(set(row_keys)):
-        rows = np.asarray([x == d for x in row_keys])
+    for key in sorted(set(row_keys)):
+        rows = np.asarray([x == key for x in row_keys])
         m = mask_bt[rows].astype(np.float32)
         diff = (teacher_bt[rows] - sampler_bt[rows]) * m
-        out[f"teacher_gap/{d}"] = float(diff.sum() / max(m.sum(), 1.0))
+        out[f"teacher_gap/{key}"] = float(diff.sum() / max(m.sum(), 1.0))
     return out
 
 
